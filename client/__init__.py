@@ -1,0 +1,1 @@
+"""kafkakit: an asyncio Kafka client."""

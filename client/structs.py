@@ -1,0 +1,116 @@
+"""Plain data types shared by every layer (the bottom of the import graph)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Generic, NamedTuple, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+#: A record header: a string key and a bytes value (None allowed).
+Header = tuple[str, bytes | None]
+
+
+class TopicPartition(NamedTuple):
+    """A topic and a partition number."""
+
+    topic: str
+    partition: int
+
+
+class OffsetAndMetadata(NamedTuple):
+    """A committed offset with its metadata string."""
+
+    offset: int
+    metadata: str = ""
+
+
+class OffsetAndTimestamp(NamedTuple):
+    """The earliest offset whose timestamp is at least the one asked for."""
+
+    offset: int
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where a produced record landed."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int = 0
+    log_start_offset: int = -1
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(slots=True)
+class ConsumerRecord(Generic[K, V]):
+    """A record handed to the application by the consumer."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: K
+    value: V
+    headers: list[Header] = field(default_factory=list)
+    serialized_key_size: int = -1
+    serialized_value_size: int = -1
+
+
+@dataclass(slots=True)
+class NewTopic:
+    """A topic to create with :meth:`kafkakit.Admin.create_topics`."""
+
+    name: str
+    num_partitions: int = 1
+    replication_factor: int = 1
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """A partition's leader and replicas as the cluster reports them."""
+
+    topic: str
+    partition: int
+    leader: int
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    """A topic and its partitions."""
+
+    name: str
+    topic_id: Any
+    is_internal: bool
+    partitions: tuple[PartitionInfo, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    """One broker of the cluster."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    """The cluster id, its controller and its brokers."""
+
+    cluster_id: str | None
+    controller_id: int
+    brokers: tuple[BrokerInfo, ...]

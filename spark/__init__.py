@@ -1,0 +1,1 @@
+"""kafkakit.spark: PySpark source and sink (not yet supported: see docs/spark.md)."""
