@@ -1,1 +1,3 @@
 """kafkakit: an asyncio Kafka client."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,255 @@
+"""One asyncio connection to one broker: framing, pipelining, version negotiation.
+
+Requests are pipelined: each gets a correlation id and a future; Kafka answers
+in request order on a connection, so one reader task resolves them as frames
+arrive.  A request timeout or any I/O error closes the connection and fails
+every pending request, because after a lost frame the stream cannot be trusted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
+
+from kafkakit import __version__
+from kafkakit.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
+from kafkakit.protocol.build import make_request
+from kafkakit.protocol.framing import ApiKey, _reader, decode_response, encode_request
+from kafkakit.protocol.versions import CLIENT_API_VERSIONS, pick_version
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+_CORRELATION = struct.Struct(">i")
+_UNSUPPORTED_VERSION = 35
+_MAX_RESPONSE_BYTES = 1 << 31  # a sanity bound: a larger size means a broken stream
+
+
+class _Pending:
+    __slots__ = ("api_key", "version", "future", "raw")
+
+    def __init__(self, api_key: int, version: int, future: asyncio.Future[Any], raw: bool) -> None:
+        self.api_key = api_key
+        self.version = version
+        self.future = future
+        self.raw = raw
+
+
+class BrokerConnection:
+    """A pipelined connection to one broker, negotiated with ApiVersions on connect."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        node_id: int = -1,
+        client_id: str | None = "kafkakit",
+        request_timeout_ms: int = 30000,
+        connect_timeout_ms: int = 10000,
+        on_close: Callable[[BrokerConnection], None] | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.node_id = node_id
+        self.client_id = client_id
+        self.request_timeout = request_timeout_ms / 1000
+        self.connect_timeout = connect_timeout_ms / 1000
+        self.broker_api_versions: dict[int, tuple[int, int]] = {}
+        self.finalized_features: dict[str, int] = {}
+        self._on_close = on_close
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._read_task: asyncio.Task[None] | None = None
+        self._pending: dict[int, _Pending] = {}
+        self._next_correlation_id = 0
+        self._closed = False
+        self._close_reason: BaseException | None = None
+
+    def __repr__(self) -> str:
+        return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None and not self._closed
+
+    async def connect(self) -> None:
+        """Open the socket and negotiate API versions."""
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port, limit=1 << 20), self.connect_timeout
+            )
+        except (OSError, asyncio.TimeoutError) as exc:
+            self._closed = True
+            raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
+        self._read_task = asyncio.create_task(self._read_loop(), name=f"kafkakit-read-{self.host}:{self.port}")
+        try:
+            await self._negotiate_versions()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _negotiate_versions(self) -> None:
+        version = CLIENT_API_VERSIONS[ApiKey.API_VERSIONS][1]
+        for _ in range(2):
+            request = make_request(
+                ApiKey.API_VERSIONS, version, client_software_name="kafkakit", client_software_version=__version__
+            )
+            try:
+                response = await self.send(request)
+            except _ApiVersionsFallback as fallback:
+                response = fallback.response
+            if response.error_code == _UNSUPPORTED_VERSION:
+                ours = {k.api_key: k.max_version for k in response.api_keys}.get(ApiKey.API_VERSIONS, 0)
+                version = min(ours, CLIENT_API_VERSIONS[ApiKey.API_VERSIONS][1])
+                continue
+            if response.error_code:
+                raise KafkaConnectionError(f"ApiVersions failed with error {int(response.error_code)}")
+            self.broker_api_versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
+            for feature in getattr(response, "finalized_features", ()):
+                self.finalized_features[feature.name] = int(feature.max_version_level)
+            return
+        raise UnsupportedVersionError("broker rejected every ApiVersions version")
+
+    def version(self, api_key: int) -> int:
+        """The version to use for ``api_key`` on this connection."""
+        chosen = pick_version(api_key, self.broker_api_versions.get(api_key))
+        if chosen is None:
+            raise UnsupportedVersionError(
+                f"no common version for API {api_key}: broker {self.broker_api_versions.get(api_key)}, "
+                f"client {CLIENT_API_VERSIONS.get(api_key)}"
+            )
+        return chosen
+
+    def supports(self, api_key: int) -> bool:
+        return pick_version(api_key, self.broker_api_versions.get(api_key)) is not None
+
+    def request(self, api_key: int, **fields: Any) -> Any:
+        """Build the request object for ``api_key`` at the negotiated version."""
+        return make_request(api_key, self.version(api_key), **fields)
+
+    async def call(self, api_key: int, **fields: Any) -> Any:
+        """Build, send and await one request at the negotiated version."""
+        return await self.send(self.request(api_key, **fields))
+
+    def send_frame(self, request: Any, *, expect_response: bool = True, raw: bool = False) -> asyncio.Future[Any] | None:
+        """Queue ``request`` for writing and return the future of its response.
+
+        Synchronous so a caller can pipeline several requests without awaiting
+        each; with ``expect_response=False`` (acks=0 produce) returns None.
+        ``raw=True`` resolves the future with the undecoded response frame body.
+        """
+        if self._closed or self._writer is None:
+            raise KafkaConnectionError(f"connection to {self.host}:{self.port} is closed") from self._close_reason
+        correlation_id = self._next_correlation_id
+        self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
+        frame = encode_request(correlation_id, self.client_id, request)
+        future: asyncio.Future[Any] | None = None
+        if expect_response:
+            future = asyncio.get_running_loop().create_future()
+            self._pending[correlation_id] = _Pending(type(request).__api_key__, type(request).__version__, future, raw)
+        self._writer.write(frame)
+        return future
+
+    async def send(self, request: Any, *, expect_response: bool = True, raw: bool = False, timeout: float | None = None) -> Any:
+        """Send ``request`` and wait for its response (None when no response is expected)."""
+        future = self.send_frame(request, expect_response=expect_response, raw=raw)
+        assert self._writer is not None
+        if self._writer.transport.get_write_buffer_size() > 1 << 20:
+            await self._writer.drain()
+        if future is None:
+            return None
+        wait = self.request_timeout if timeout is None else timeout
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), wait)
+        except asyncio.TimeoutError:
+            error = KafkaTimeoutError(f"request {type(request).__name__} to {self.host}:{self.port} timed out after {wait:.1f}s")
+            self._fail(error)
+            raise error from None
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        reader = self._reader
+        try:
+            while True:
+                size_bytes = await reader.readexactly(4)
+                (size,) = _SIZE.unpack(size_bytes)
+                if size < 4 or size > _MAX_RESPONSE_BYTES:
+                    raise KafkaConnectionError(f"invalid response size {size}")
+                body = await reader.readexactly(size)
+                self._dispatch(body)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+            self._fail(KafkaConnectionError(f"connection to {self.host}:{self.port} lost: {exc!r}"))
+        except KafkaConnectionError as exc:
+            self._fail(exc)
+        except asyncio.CancelledError:
+            self._fail(KafkaConnectionError("connection closed"))
+            raise
+        except Exception as exc:  # a decoding bug must not leave callers hanging
+            log.exception("error reading from %s:%s", self.host, self.port)
+            self._fail(KafkaConnectionError(f"error reading from {self.host}:{self.port}: {exc!r}"))
+
+    def _dispatch(self, body: bytes) -> None:
+        (correlation_id,) = _CORRELATION.unpack_from(body, 0)
+        pending = self._pending.pop(correlation_id, None)
+        if pending is None:
+            raise KafkaConnectionError(f"response with unknown correlation id {correlation_id}")
+        if pending.future.done():
+            return
+        if pending.raw:
+            pending.future.set_result(body)
+            return
+        try:
+            _, response = decode_response(pending.api_key, pending.version, body)
+        except Exception as exc:
+            if pending.api_key == ApiKey.API_VERSIONS:
+                # A broker that does not know our ApiVersions version answers in the
+                # v0 layout (header v0) with UNSUPPORTED_VERSION and its own range.
+                response, _ = _reader(ApiVersionsResponseV0)(body, 4)
+                pending.future.set_exception(_ApiVersionsFallback(response))
+                return
+            pending.future.set_exception(KafkaConnectionError(f"cannot decode response to API {pending.api_key} v{pending.version}: {exc!r}"))
+            return
+        pending.future.set_result(response)
+
+    def _fail(self, error: BaseException) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._close_reason = error
+        pending, self._pending = self._pending, {}
+        for item in pending.values():
+            if not item.future.done():
+                item.future.set_exception(error)
+                item.future.exception()  # mark retrieved: callers may have given up waiting
+        if self._writer is not None:
+            self._writer.close()
+        if self._on_close is not None:
+            self._on_close(self)
+
+    async def close(self) -> None:
+        """Close the socket and fail pending requests."""
+        self._fail(KafkaConnectionError("connection closed"))
+        task = self._read_task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self._writer is not None:
+            try:
+                await self._writer.wait_closed()
+            except (OSError, ConnectionError):
+                pass
+
+
+class _ApiVersionsFallback(Exception):
+    def __init__(self, response: Any) -> None:
+        super().__init__("ApiVersions fallback")
+        self.response = response

@@ -1,0 +1,47 @@
+"""The protocol versions kafkakit's client implements, per API.
+
+The connection picks, per API, the highest version inside both this range and
+the broker's advertised range (ApiVersions).  Ranges start low enough for
+Apache Kafka 2.8 and end where kafkakit's request code stops.
+"""
+
+from __future__ import annotations
+
+from kafkakit.protocol.framing import ApiKey
+
+CLIENT_API_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.PRODUCE: (3, 11),
+    ApiKey.FETCH: (4, 12),
+    ApiKey.LIST_OFFSETS: (1, 7),
+    ApiKey.METADATA: (1, 12),
+    ApiKey.OFFSET_COMMIT: (2, 8),
+    ApiKey.OFFSET_FETCH: (1, 7),
+    ApiKey.FIND_COORDINATOR: (0, 3),
+    ApiKey.JOIN_GROUP: (0, 7),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 6),
+    ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
+    ApiKey.END_TXN: (0, 4),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 3),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
+}
+
+
+def pick_version(api_key: int, broker_range: tuple[int, int] | None) -> int | None:
+    """Highest version both sides support, or None when the ranges do not meet."""
+    ours = CLIENT_API_VERSIONS.get(api_key)
+    if ours is None or broker_range is None:
+        return None
+    low = max(ours[0], broker_range[0])
+    high = min(ours[1], broker_range[1])
+    return high if high >= low else None
