@@ -1,3 +1,69 @@
-"""kafkakit: an asyncio Kafka client."""
+"""kafkakit: an asyncio Kafka client speaking the Kafka wire protocol.
+
+Public names::
+
+    from kafkakit import Producer, Consumer, Admin, TopicPartition, NewTopic
+
+``Producer``, ``Consumer`` and ``Admin`` are imported on first use so that
+``import kafkakit.broker`` does not pay for the client's modules.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafkakit.errors import (
+    BrokerResponseError,
+    KafkaConfigError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    NotYetSupportedError,
+)
+from kafkakit.structs import (
+    ConsumerRecord,
+    NewTopic,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    RecordMetadata,
+    TopicPartition,
+)
+
+if TYPE_CHECKING:
+    from kafkakit.admin import Admin
+    from kafkakit.consumer import Consumer
+    from kafkakit.producer import Producer
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "Admin",
+    "BrokerResponseError",
+    "Consumer",
+    "ConsumerRecord",
+    "KafkaConfigError",
+    "KafkaConnectionError",
+    "KafkaError",
+    "KafkaTimeoutError",
+    "NewTopic",
+    "NotYetSupportedError",
+    "OffsetAndMetadata",
+    "OffsetAndTimestamp",
+    "Producer",
+    "RecordMetadata",
+    "TopicPartition",
+    "__version__",
+]
+
+_LAZY = {"Producer": "kafkakit.producer", "Consumer": "kafkakit.consumer", "Admin": "kafkakit.admin"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kafkakit' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

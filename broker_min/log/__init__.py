@@ -1,1 +1,40 @@
-"""Package."""
+"""The broker's on-disk log, laid out as Apache Kafka lays it out.
+
+``<data_dir>/<topic>-<N>/`` holds segments named by base offset
+(``00000000000000000000.log`` with ``.index`` and ``.timeindex``) containing
+record batches in the wire format exactly as produced, so Fetch is served
+straight from the files with ``sendfile``.  See :mod:`.partition` for the
+append/read/recovery rules and :mod:`.segment` for the file formats.
+"""
+
+from .batch import BatchHeader, read_batch_header
+from .config import LogConfig
+from .errors import (
+    InvalidBatchError,
+    InvalidPartitionDirectoryError,
+    LogError,
+    LogStorageError,
+    OffsetOutOfRange,
+)
+from .manager import LogManager
+from .partition import AppendedBatch, AppendResult, PartitionLog, is_valid_topic_name, parse_partition_dir
+from .segment import FileSlice, LogSegment
+
+__all__ = [
+    "AppendResult",
+    "AppendedBatch",
+    "BatchHeader",
+    "FileSlice",
+    "InvalidBatchError",
+    "InvalidPartitionDirectoryError",
+    "LogConfig",
+    "LogError",
+    "LogManager",
+    "LogSegment",
+    "LogStorageError",
+    "OffsetOutOfRange",
+    "PartitionLog",
+    "is_valid_topic_name",
+    "parse_partition_dir",
+    "read_batch_header",
+]

@@ -1,0 +1,361 @@
+"""Producer and consumer throughput: kafkakit against aiokafka, kafka-python and confluent-kafka.
+
+Every client runs in its own subprocess against the same broker (broker_min as a
+subprocess, and Apache Kafka when java and mvn are available), so no client shares
+an interpreter or a GIL with the broker or with another client.
+
+    python benchmarks/throughput.py                      # the full run (1,000,000 x 100 B, 3 runs)
+    python benchmarks/throughput.py --smoke              # a few seconds, for CI
+    python benchmarks/throughput.py --brokers broker_min --codecs none --records 200000
+
+Prints a table per broker and codec with records/s, MB/s and the ratio of each
+client to each peer, plus broker_min against Apache Kafka with confluent-kafka.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+PRODUCERS = ["kafkakit", "kafkakit-bulk", "aiokafka", "kafka-python", "confluent"]
+CONSUMERS = ["kafkakit", "aiokafka", "kafka-python", "confluent"]
+
+
+# --------------------------------------------------------------------------- workers
+# Each worker runs in a fresh interpreter: `throughput.py --worker JSON`.
+
+
+def _payload(size: int) -> bytes:
+    return (b"0123456789abcdef" * (size // 16 + 1))[:size]
+
+
+async def _produce_kafkakit(bootstrap: str, topic: str, n: int, size: int, codec: str | None, bulk: bool) -> float:
+    from kafkakit import Producer
+
+    value = _payload(size)
+    async with Producer(bootstrap_servers=bootstrap, acks=1, compression_type=codec, linger_ms=5, max_batch_size=1 << 20) as producer:
+        await producer.partitions_for(topic)
+        start = time.perf_counter()
+        if bulk:
+            chunk = 10000
+            values = [value] * chunk
+            futures = []
+            for i in range(0, n, chunk):
+                futures.append(await producer.send_batch(topic, values[: min(chunk, n - i)], partition=0))
+            await asyncio.gather(*futures)
+        else:
+            send = producer.send
+            last = None
+            for _ in range(n):
+                last = await send(topic, value, partition=0)
+            await producer.flush()
+            assert last is not None
+            await last
+        return time.perf_counter() - start
+
+
+async def _produce_aiokafka(bootstrap: str, topic: str, n: int, size: int, codec: str | None) -> float:
+    from aiokafka import AIOKafkaProducer
+
+    value = _payload(size)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=1, compression_type=codec, linger_ms=5, max_batch_size=1 << 20)
+    await producer.start()
+    try:
+        await producer.partitions_for(topic)
+        start = time.perf_counter()
+        send = producer.send
+        last = None
+        for _ in range(n):
+            last = await send(topic, value, partition=0)
+        await producer.flush()
+        assert last is not None
+        await last
+        return time.perf_counter() - start
+    finally:
+        await producer.stop()
+
+
+def _produce_kafka_python(bootstrap: str, topic: str, n: int, size: int, codec: str | None) -> float:
+    from kafka import KafkaProducer
+
+    value = _payload(size)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, compression_type=codec, linger_ms=5, batch_size=1 << 20)
+    producer.partitions_for(topic)
+    start = time.perf_counter()
+    send = producer.send
+    for _ in range(n):
+        send(topic, value, partition=0)
+    producer.flush()
+    elapsed = time.perf_counter() - start
+    producer.close()
+    return elapsed
+
+
+def _produce_confluent(bootstrap: str, topic: str, n: int, size: int, codec: str | None) -> float:
+    from confluent_kafka import Producer
+
+    value = _payload(size)
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": 1,
+            "compression.type": codec or "none",
+            "linger.ms": 5,
+            "batch.size": 1 << 20,
+            "queue.buffering.max.messages": 2_000_000,
+            "queue.buffering.max.kbytes": 2_000_000,
+            "enable.idempotence": False,
+        }
+    )
+    producer.list_topics(topic, timeout=10)
+    start = time.perf_counter()
+    produce = producer.produce
+    poll = producer.poll
+    for i in range(n):
+        try:
+            produce(topic, value, partition=0)
+        except BufferError:
+            poll(0.01)
+            produce(topic, value, partition=0)
+        if i & 0xFFFF == 0:
+            poll(0)
+    remaining = producer.flush(60)
+    elapsed = time.perf_counter() - start
+    assert remaining == 0, f"{remaining} messages not delivered"
+    return elapsed
+
+
+async def _consume_kafkakit(bootstrap: str, topic: str, n: int) -> float:
+    from kafkakit import Consumer, TopicPartition
+
+    tp = TopicPartition(topic, 0)
+    async with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", max_partition_fetch_bytes=8 << 20, fetch_max_bytes=64 << 20) as consumer:
+        consumer.assign([tp])
+        start = time.perf_counter()
+        seen = 0
+        while seen < n:
+            batches = await consumer.getmany(timeout_ms=1000)
+            for records in batches.values():
+                seen += len(records)
+        return time.perf_counter() - start
+
+
+async def _consume_aiokafka(bootstrap: str, topic: str, n: int) -> float:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    tp = TopicPartition(topic, 0)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False, max_partition_fetch_bytes=8 << 20, fetch_max_bytes=64 << 20)
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        start = time.perf_counter()
+        seen = 0
+        while seen < n:
+            batches = await consumer.getmany(timeout_ms=1000)
+            for records in batches.values():
+                seen += len(records)
+        return time.perf_counter() - start
+    finally:
+        await consumer.stop()
+
+
+def _consume_kafka_python(bootstrap: str, topic: str, n: int) -> float:
+    from kafka import KafkaConsumer, TopicPartition
+
+    tp = TopicPartition(topic, 0)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False, max_partition_fetch_bytes=8 << 20, fetch_max_bytes=64 << 20)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    start = time.perf_counter()
+    seen = 0
+    while seen < n:
+        for records in consumer.poll(timeout_ms=1000, max_records=100000).values():
+            seen += len(records)
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return elapsed
+
+
+def _consume_confluent(bootstrap: str, topic: str, n: int) -> float:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-" + uuid.uuid4().hex,
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 64 << 20,
+            "max.partition.fetch.bytes": 8 << 20,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    start = time.perf_counter()
+    seen = 0
+    while seen < n:
+        for message in consumer.consume(num_messages=10000, timeout=1.0):
+            if message.error() is None:
+                seen += 1
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return elapsed
+
+
+def run_worker(spec: dict[str, object]) -> float:
+    role, client = spec["role"], spec["client"]
+    bootstrap, topic, n = str(spec["bootstrap"]), str(spec["topic"]), int(spec["records"])  # type: ignore[call-overload]
+    size = int(spec.get("size", 100))  # type: ignore[call-overload]
+    codec = spec.get("codec")
+    codec = None if codec in (None, "none") else str(codec)
+    if role == "produce":
+        if client in ("kafkakit", "kafkakit-bulk"):
+            return asyncio.run(_produce_kafkakit(bootstrap, topic, n, size, codec, client == "kafkakit-bulk"))
+        if client == "aiokafka":
+            return asyncio.run(_produce_aiokafka(bootstrap, topic, n, size, codec))
+        if client == "kafka-python":
+            return _produce_kafka_python(bootstrap, topic, n, size, codec)
+        if client == "confluent":
+            return _produce_confluent(bootstrap, topic, n, size, codec)
+    else:
+        if client == "kafkakit":
+            return asyncio.run(_consume_kafkakit(bootstrap, topic, n))
+        if client == "aiokafka":
+            return asyncio.run(_consume_aiokafka(bootstrap, topic, n))
+        if client == "kafka-python":
+            return _consume_kafka_python(bootstrap, topic, n)
+        if client == "confluent":
+            return _consume_confluent(bootstrap, topic, n)
+    raise SystemExit(f"unknown worker {role}/{client}")
+
+
+def spawn_worker(spec: dict[str, object], timeout: float) -> float:
+    out = subprocess.run(
+        [sys.executable, __file__, "--worker", json.dumps(spec)], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"worker {spec['role']}/{spec['client']} failed:\n{out.stderr[-3000:]}")
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def create_topic(bootstrap: str, name: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1)])
+    futures[name].result(30)
+    deadline = time.time() + 30
+    while name not in admin.list_topics(timeout=10).topics and time.time() < deadline:
+        time.sleep(0.1)
+
+
+def start_broker(kind: str, workdir: Path):  # type: ignore[no-untyped-def]
+    import tests.brokers as brokers
+
+    if kind == "broker_min":
+        server = brokers.BrokerMinProcess(workdir / "broker_min")
+    else:
+        server = brokers.KafkaServer(workdir / "kafka")
+    server.start()
+    return server
+
+
+def measure(args: argparse.Namespace) -> dict[str, object]:
+    results: dict[str, object] = {"args": vars(args), "produce": {}, "consume": {}}
+    timeout = max(120.0, args.records / 5000)
+    with tempfile.TemporaryDirectory(prefix="kafkakit-bench-") as tmp:
+        for broker_kind in args.brokers.split(","):
+            server = start_broker(broker_kind, Path(tmp))
+            try:
+                bootstrap = server.bootstrap_servers
+                for codec in args.codecs.split(","):
+                    for role, clients in (("produce", args.producers.split(",")), ("consume", args.consumers.split(","))):
+                        source_topic = None
+                        if role == "consume":
+                            source_topic = f"bench-src-{codec}-{uuid.uuid4().hex[:8]}"
+                            create_topic(bootstrap, source_topic)
+                            spawn_worker({"role": "produce", "client": "confluent", "bootstrap": bootstrap, "topic": source_topic, "records": args.records, "size": args.size, "codec": codec}, timeout)
+                        for client in clients:
+                            times = []
+                            for _ in range(args.runs):
+                                topic = source_topic or f"bench-{client}-{uuid.uuid4().hex[:8]}"
+                                if role == "produce":
+                                    create_topic(bootstrap, topic)
+                                spec = {"role": role, "client": client, "bootstrap": bootstrap, "topic": topic, "records": args.records, "size": args.size, "codec": codec}
+                                times.append(spawn_worker(spec, timeout))
+                            key = f"{broker_kind}/{codec}/{client}"
+                            results[role][key] = {"seconds": times, "median": statistics.median(times)}  # type: ignore[index]
+                            rate = args.records / statistics.median(times)
+                            print(f"{role:8s} {key:40s} {rate:12,.0f} rec/s {rate * args.size / 1e6:8.1f} MB/s", flush=True)
+            finally:
+                server.stop()
+    return results
+
+
+def report(results: dict[str, object], records: int, size: int) -> str:
+    lines = []
+    for role in ("produce", "consume"):
+        table: dict[str, dict[str, float]] = results[role]  # type: ignore[assignment]
+        groups: dict[str, dict[str, float]] = {}
+        for key, value in table.items():
+            broker, codec, client = key.split("/")
+            groups.setdefault(f"{broker}/{codec}", {})[client] = records / value["median"]
+        for group, rates in groups.items():
+            lines.append(f"\n### {role}, {group} ({records:,} records x {size} B, median)\n")
+            peers = list(rates)
+            lines.append("| client | records/s | MB/s | " + " | ".join(f"vs {p}" for p in peers) + " |")
+            lines.append("|---|---:|---:|" + "---:|" * len(peers))
+            for client, rate in rates.items():
+                ratios = " | ".join(f"{rate / rates[p]:.2f}x" for p in peers)
+                lines.append(f"| {client} | {rate:,.0f} | {rate * size / 1e6:.1f} | {ratios} |")
+    # broker_min against Apache Kafka with the same client (confluent-kafka).
+    for role in ("produce", "consume"):
+        table = results[role]  # type: ignore[assignment]
+        for codec in {k.split("/")[1] for k in table}:
+            a, b = table.get(f"broker_min/{codec}/confluent"), table.get(f"kafka/{codec}/confluent")
+            if a and b:
+                lines.append(f"\nbroker_min vs Apache Kafka, {role}, {codec}, confluent-kafka client: {b['median'] / a['median']:.2f}x")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--codecs", default="none,lz4")
+    parser.add_argument("--brokers", default="broker_min,kafka")
+    parser.add_argument("--producers", default=",".join(PRODUCERS))
+    parser.add_argument("--consumers", default=",".join(CONSUMERS))
+    parser.add_argument("--json", help="write the raw results to this file")
+    parser.add_argument("--smoke", action="store_true", help="tiny run for CI: 20,000 records, one run, broker_min only")
+    args = parser.parse_args()
+    if args.worker:
+        print(run_worker(json.loads(args.worker)))
+        return
+    if args.smoke:
+        args.records, args.runs, args.brokers = 20_000, 1, "broker_min"
+    results = measure(args)
+    text = report(results, args.records, args.size)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""``kafkakit-broker`` / ``python -m kafkakit.broker``: run a broker until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from kafkakit.broker.config import BrokerConfig
+from kafkakit.broker.server import Broker
+from kafkakit.errors import KafkaConfigError
+
+log = logging.getLogger("kafkakit.broker")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: data dir, listener, and any setting as ``--config key=value``."""
+    parser = argparse.ArgumentParser(prog="kafkakit-broker", description="Run a single-node Kafka broker.")
+    parser.add_argument("--data-dir", required=True, help="directory for logs and metadata")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=9092, help="port to listen on, 0 for any (default 9092)")
+    parser.add_argument(
+        "--config",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a broker setting, e.g. num.partitions=3 or log_retention_ms=60000 (repeatable)",
+    )
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    return parser
+
+
+def parse_settings(pairs: Sequence[str]) -> dict[str, object]:
+    """``["a.b=1", ...]`` -> validated keyword settings for :class:`Broker`."""
+    raw: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise KafkaConfigError(pair, "expected KEY=VALUE")
+        raw[key] = value
+    config = BrokerConfig.from_strings(raw)
+    return {name: getattr(config, name) for name in config.overridden()}
+
+
+async def run(data_dir: str, host: str, port: int, settings: dict[str, object]) -> None:
+    """Serve until SIGINT/SIGTERM, then stop cleanly (logs closed, no recovery needed next time)."""
+    broker = Broker(data_dir, host=host, port=port, **settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await broker.start()
+    log.info("kafkakit broker listening on %s (data dir %s)", broker.bootstrap_servers, broker.data_dir)
+    try:
+        await stop.wait()
+    finally:
+        log.info("kafkakit broker stopping")
+        await broker.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the process exit status."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        settings = parse_settings(args.config)
+        asyncio.run(run(args.data_dir, args.host, args.port, settings))
+    except KafkaConfigError as exc:
+        print(f"kafkakit-broker: bad setting {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"kafkakit-broker: {exc}", file=sys.stderr)
+        return 1
+    return 0

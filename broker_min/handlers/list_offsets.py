@@ -1,0 +1,79 @@
+"""ListOffsets (key 2), v1-7: earliest, latest, max timestamp, or the first offset at a timestamp."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, make, nested
+from kafkakit.broker.handlers.fetch import READ_COMMITTED, last_stable_offset
+from kafkakit.broker.log.errors import LogError
+from kafkakit.protocol import RequestHeaderInfo, response_class
+from kio.schema.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kafkakit.broker.log import PartitionLog
+    from kafkakit.broker.state import BrokerState
+
+API_KEY = 2
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+LEADER_EPOCH = 0  # this node has led every partition since it was created
+
+
+async def handle_list_offsets(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
+    """Resolve each partition's timestamp query to (offset, timestamp)."""
+    cls = response_class(API_KEY, header.api_version)
+    topic_cls = nested(cls, "ListOffsetsTopicResponse")
+    partition_cls = nested(cls, "ListOffsetsPartitionResponse")
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partitions:
+            code, offset, timestamp = _lookup(
+                state, topic.name, p.partition_index, p.timestamp, read_committed
+            )
+            partitions.append(
+                make(
+                    partition_cls,
+                    partition_index=p.partition_index,
+                    error_code=code,
+                    timestamp=timestamp,
+                    offset=offset,
+                    leader_epoch=LEADER_EPOCH if offset >= 0 else -1,
+                )
+            )
+        topics.append(make(topic_cls, name=topic.name, partitions=tuple(partitions)))
+    return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+def _lookup(
+    state: BrokerState, topic: str, partition: int, timestamp: int, read_committed: bool
+) -> tuple[ErrorCode, int, int]:
+    """(error, offset, timestamp); (-1, -1) when no record has a timestamp that late."""
+    log = state.partition_log(topic, partition)
+    if log is None:
+        return ErrorCode.unknown_topic_or_partition, -1, -1
+    if timestamp < 0 and timestamp not in (LATEST, EARLIEST, MAX_TIMESTAMP):
+        # -4 (earliest local) and -5 (earliest tiered) come with v8+, which is not advertised.
+        return ErrorCode.invalid_request, -1, -1
+    try:
+        return (ErrorCode.none, *_resolve(log, timestamp, read_committed))
+    except LogError as exc:
+        return ErrorCode(exc.code), -1, -1
+
+
+def _resolve(log: PartitionLog, timestamp: int, read_committed: bool) -> tuple[int, int]:
+    if timestamp == LATEST:
+        return (last_stable_offset(log) if read_committed else log.high_watermark), -1
+    if timestamp == EARLIEST:
+        return log.log_start_offset, -1
+    found = log.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else log.offset_for_timestamp(timestamp)
+    if found is None:
+        return -1, -1
+    offset, ts = found
+    return offset, ts
+
+
+HANDLERS = (ApiHandler(API_KEY, 1, 7, handle_list_offsets),)

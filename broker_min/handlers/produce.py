@@ -1,0 +1,157 @@
+"""Produce (key 0): advertised as v0-11, served from v3; v0-2 get UNSUPPORTED_VERSION.
+
+Kafka 4 removed Produce v0-2 (KIP-896) but keeps advertising v0, because
+librdkafka < 2.11.1 turns compression off unless it sees Produce v0.  kio has
+no schemas before v3, so v0-2 requests are decoded and answered by hand here:
+every partition gets UNSUPPORTED_VERSION in the layout that version expects.
+
+Ordering: the handler appends every partition before its first ``await``
+(there is none), so requests pipelined on one connection, whose tasks start in
+arrival order, are appended in arrival order.
+"""
+
+from __future__ import annotations
+
+import datetime
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, CloseConnection, RawResponse, make, nested
+from kafkakit.broker.log import InvalidBatchError
+from kafkakit.broker.log.errors import LogError
+from kafkakit.protocol import RequestHeaderInfo, decode_request, response_class
+from kio.schema.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kafkakit.broker.state import BrokerState
+
+API_KEY = 0
+FIRST_KIO_VERSION = 3
+_UTC = datetime.UTC
+
+
+async def handle_produce(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
+    """Append each partition's records; answer per partition (nothing at all for acks=0)."""
+    if isinstance(request, LegacyProduceRequest):
+        return _legacy_unsupported(header.api_version, request)
+    acks = request.acks
+    cls = response_class(API_KEY, header.api_version)
+    topic_cls = nested(cls, "TopicProduceResponse")
+    partition_cls = nested(cls, "PartitionProduceResponse")
+    failures: list[str] = []
+    topics = []
+    for topic in request.topic_data:
+        partitions = []
+        for data in topic.partition_data:
+            if acks not in (0, 1, -1):
+                fields: dict[str, Any] = {"error_code": ErrorCode.invalid_required_acks}
+            else:
+                fields = _append(state, topic.name, data.index, data.records)
+            if fields["error_code"] != ErrorCode.none:
+                failures.append(f"{topic.name}-{data.index}: {fields['error_code'].name}")
+            partitions.append(_partition(partition_cls, data.index, fields))
+        topics.append(make(topic_cls, name=topic.name, partition_responses=tuple(partitions)))
+    if acks == 0:
+        # No response is expected; Kafka closes the connection on a failure so
+        # the client notices and refreshes its metadata.
+        return CloseConnection(f"acks=0 produce failed ({', '.join(failures)})") if failures else None
+    return make(cls, responses=tuple(topics), throttle_time=NO_THROTTLE)
+
+
+def _append(state: BrokerState, topic: str, partition: int, records: bytes | None) -> dict[str, Any]:
+    log = state.partition_log(topic, partition)
+    if log is None:
+        return {"error_code": ErrorCode.unknown_topic_or_partition}
+    if not records:
+        return {"error_code": ErrorCode.corrupt_message, "error_message": "empty record set"}
+    try:
+        result = log.append(records)
+    except InvalidBatchError as exc:
+        return {"error_code": ErrorCode(exc.code), "error_message": str(exc)}
+    except LogError as exc:
+        return {"error_code": ErrorCode(exc.code), "error_message": str(exc)}
+    state.notify_append(topic, partition)
+    append_time_ms = result.log_append_time_ms
+    return {
+        "error_code": ErrorCode.none,
+        "base_offset": result.base_offset,
+        "log_append_time": None
+        if append_time_ms < 0
+        else datetime.datetime.fromtimestamp(append_time_ms / 1000, _UTC),
+        "log_start_offset": result.log_start_offset,
+    }
+
+
+def _partition(partition_cls: type, index: int, fields: dict[str, Any]) -> Any:
+    values: dict[str, Any] = {
+        "index": index,
+        "base_offset": -1,
+        "log_append_time": None,
+        "log_start_offset": -1,
+        "record_errors": (),
+        "error_message": None,
+    }
+    values.update(fields)
+    return make(partition_cls, **values)
+
+
+# -- Produce v0-2, which kio cannot decode ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LegacyProduceRequest:
+    """The parts of a Produce v0-2 request needed to refuse it properly."""
+
+    acks: int
+    partitions: list[tuple[str, list[int]]]
+
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+def decode_produce(header: RequestHeaderInfo, body: bytes) -> Any:
+    """kio for v3+, a hand-written reader for v0-2 (acks, timeout, [topic, [partition, records]])."""
+    if header.api_version >= FIRST_KIO_VERSION:
+        return decode_request(header, body)
+    pos = header.body_offset
+    (acks,) = _I16.unpack_from(body, pos)
+    pos += 2 + 4  # acks, timeout
+    topics: list[tuple[str, list[int]]] = []
+    (topic_count,) = _I32.unpack_from(body, pos)
+    pos += 4
+    for _ in range(topic_count):
+        (name_len,) = _I16.unpack_from(body, pos)
+        name = body[pos + 2 : pos + 2 + name_len].decode("utf-8")
+        pos += 2 + name_len
+        (partition_count,) = _I32.unpack_from(body, pos)
+        pos += 4
+        partitions = []
+        for _ in range(partition_count):
+            index, size = struct.unpack_from(">ii", body, pos)
+            pos += 8 + max(size, 0)
+            partitions.append(index)
+        topics.append((name, partitions))
+    if pos != len(body):
+        raise ValueError(f"produce v{header.api_version} body has {len(body) - pos} trailing bytes")
+    return LegacyProduceRequest(acks, topics)
+
+
+def _legacy_unsupported(version: int, request: LegacyProduceRequest) -> RawResponse | None:
+    if request.acks == 0:
+        return None
+    parts = [_I32.pack(len(request.partitions))]
+    for name, partitions in request.partitions:
+        encoded = name.encode("utf-8")
+        parts.append(_I16.pack(len(encoded)) + encoded + _I32.pack(len(partitions)))
+        for index in partitions:
+            parts.append(struct.pack(">ihq", index, ErrorCode.unsupported_version.value, -1))
+            if version >= 2:
+                parts.append(struct.pack(">q", -1))  # log_append_time
+    if version >= 1:
+        parts.append(_I32.pack(0))  # throttle_time_ms
+    return RawResponse([b"".join(parts)], flexible_header=False)
+
+
+HANDLERS = (ApiHandler(API_KEY, 0, 11, handle_produce, decode=decode_produce),)

@@ -1,0 +1,72 @@
+"""Small per-partition state files: the clean-shutdown marker and offset checkpoints.
+
+Kafka keeps these once per data directory; here each partition directory is
+self-contained so that :class:`PartitionLog` can be opened on its own.  The
+checkpoint files use Kafka's text format (version, count, "topic partition offset").
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
+TOPIC_CONFIG_FILE = "topic-config.properties"
+TMP_SUFFIX = ".tmp"
+_VERSION = 0
+
+
+def write_atomically(path: Path, text: str, *, fsync: bool = False) -> None:
+    """Replace ``path`` with ``text`` so that readers see the old or the new file, never half."""
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_offset_checkpoint(
+    path: Path, topic: str, partition: int, offset: int, *, fsync: bool = False
+) -> None:
+    write_atomically(path, f"{_VERSION}\n1\n{topic} {partition} {offset}\n", fsync=fsync)
+
+
+def read_offset_checkpoint(path: Path, topic: str, partition: int) -> int | None:
+    """The offset stored for (topic, partition), or None if the file is missing or unreadable."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
+    if len(lines) < 2 or lines[0].strip() != str(_VERSION):
+        return None
+    for line in lines[2:]:
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == topic and parts[1] == str(partition):
+            try:
+                return int(parts[2])
+            except ValueError:
+                return None
+    return None
+
+
+def write_properties(path: Path, values: dict[str, str]) -> None:
+    """Java-properties style ``key=value`` lines (values are config strings without newlines)."""
+    write_atomically(path, "".join(f"{key}={value}\n" for key, value in sorted(values.items())))
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """The ``key=value`` lines of ``path``; an empty dict if it is missing."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "=" in line:
+            key, _, value = line.partition("=")
+            values[key.strip()] = value.strip()
+    return values

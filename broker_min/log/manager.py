@@ -1,0 +1,115 @@
+"""All partition logs under one data directory (Kafka's LogManager, minus the threads)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from .checkpoint import TOPIC_CONFIG_FILE, read_properties, write_properties
+from .config import LogConfig
+from .errors import InvalidPartitionDirectoryError, LogError
+from .partition import PartitionLog, is_valid_topic_name, parse_partition_dir, partition_dir_name
+
+logger = logging.getLogger(__name__)
+
+
+class LogManager:
+    """Opens every ``<topic>-<partition>`` directory of ``data_dir`` and creates new ones.
+
+    Topic config overrides (the settings that differ from ``default_config``) are
+    kept in each partition directory so that they survive a restart.  A directory
+    that cannot be opened is logged and listed in :attr:`offline_dirs`, not fatal.
+    """
+
+    def __init__(self, data_dir: Path, default_config: LogConfig) -> None:
+        self.data_dir = Path(data_dir)
+        self.default_config = default_config
+        self.offline_dirs: list[Path] = []
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        for path in sorted(self.data_dir.iterdir()):
+            if path.is_dir():
+                self._open_existing(path)
+
+    def _open_existing(self, path: Path) -> None:
+        parsed = parse_partition_dir(path.name)
+        if parsed is None:
+            return
+        try:
+            config = LogConfig.from_topic_configs(
+                read_properties(path / TOPIC_CONFIG_FILE), self.default_config
+            )
+            self._logs[parsed] = PartitionLog.open(path, config)
+        except (OSError, ValueError, LogError) as exc:
+            logger.error("cannot open partition directory %s, leaving it offline: %s", path, exc)
+            self.offline_dirs.append(path)
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get((topic, partition))
+
+    def create(self, topic: str, partition: int, config: LogConfig | None = None) -> PartitionLog:
+        """Create (or return the already existing) log of ``topic``/``partition``."""
+        existing = self._logs.get((topic, partition))
+        if existing is not None:
+            return existing
+        if not is_valid_topic_name(topic) or partition < 0:
+            raise InvalidPartitionDirectoryError(f"invalid topic partition {topic!r}/{partition}")
+        config = config if config is not None else self.default_config
+        path = self.data_dir / partition_dir_name(topic, partition)
+        path.mkdir(parents=True, exist_ok=True)
+        write_properties(path / TOPIC_CONFIG_FILE, self._overrides(config))
+        log = PartitionLog.open(path, config)
+        self._logs[(topic, partition)] = log
+        return log
+
+    def _overrides(self, config: LogConfig) -> dict[str, str]:
+        defaults = self.default_config.to_topic_configs()
+        return {k: v for k, v in config.to_topic_configs().items() if defaults.get(k) != v}
+
+    def topic_config_overrides(self, topic: str) -> dict[str, str]:
+        """Settings of ``topic`` that differ from the broker defaults (DescribeConfigs' TOPIC_CONFIG source)."""
+        for (name, _), log in self._logs.items():
+            if name == topic:
+                return self._overrides(log.config)
+        return {}
+
+    def update_topic_config(self, topic: str, config: LogConfig) -> None:
+        """Apply and persist new configs to every partition of ``topic`` (AlterConfigs)."""
+        overrides = self._overrides(config)
+        for (name, _), log in self._logs.items():
+            if name == topic:
+                log.update_config(config)
+                write_properties(log.directory / TOPIC_CONFIG_FILE, overrides)
+
+    def delete_topic(self, topic: str) -> None:
+        """Delete every partition directory of ``topic``."""
+        for key in [k for k in self._logs if k[0] == topic]:
+            self._logs.pop(key).delete()
+
+    def partitions(self) -> dict[tuple[str, int], PartitionLog]:
+        """A snapshot of the open logs keyed by (topic, partition)."""
+        return dict(self._logs)
+
+    def topics(self) -> dict[str, list[int]]:
+        """Topic name -> sorted partition numbers, e.g. to rebuild metadata after a restart."""
+        out: dict[str, list[int]] = {}
+        for topic, partition in sorted(self._logs):
+            out.setdefault(topic, []).append(partition)
+        return out
+
+    def enforce_retention(self, now_ms: int) -> int:
+        """Apply retention to every log; returns the number of segments deleted."""
+        return sum(log.enforce_retention(now_ms) for log in self._logs.values())
+
+    def flush_due(self, now_ms: int) -> None:
+        """fsync the logs whose flush.ms has elapsed."""
+        for log in self._logs.values():
+            log.flush_if_due(now_ms)
+
+    def close(self) -> None:
+        """Close every log cleanly (each flushes and leaves its clean-shutdown marker)."""
+        for key, log in list(self._logs.items()):
+            try:
+                log.close()
+            except OSError as exc:
+                logger.error("closing %s-%d failed: %s", key[0], key[1], exc)

@@ -1,0 +1,469 @@
+"""One partition's log: a directory ``<topic>-<N>`` of segments, as Apache Kafka lays it out.
+
+Appends validate each batch's header and CRC, assign offsets by rewriting the
+16 bytes in front of the CRC-covered part, and write the batches as received
+with one ``writev``.  Reads return :class:`FileSlice` ranges for ``sendfile``.
+Nothing is fsync'ed unless the flush policy (flush.messages / flush.ms) or
+:meth:`PartitionLog.flush` asks; ``close`` flushes and leaves a clean-shutdown
+marker, without which the next open re-verifies every segment from the last
+flushed offset (the recovery point) and truncates a torn tail.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import time
+from bisect import bisect_right
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from .batch import (
+    CONTROL_BIT,
+    LOG_OVERHEAD,
+    TRANSACTIONAL_BIT,
+    BatchHeader,
+    check_batches,
+    log_append_time_header,
+    offset_header,
+)
+from .checkpoint import (
+    CLEAN_SHUTDOWN_FILE,
+    LOG_START_OFFSET_FILE,
+    RECOVERY_POINT_FILE,
+    TMP_SUFFIX,
+    read_offset_checkpoint,
+    write_offset_checkpoint,
+)
+from .config import LogConfig
+from .errors import InvalidPartitionDirectoryError, LogError, OffsetOutOfRange
+from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, BytesLike, FileSlice, LogSegment
+
+logger = logging.getLogger(__name__)
+
+_TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_SEGMENT_RE = re.compile(r"(\d{20})\.log")
+_OFFSET_HEADER_SIZE = 16  # baseOffset, batchLength, partitionLeaderEpoch: outside the CRC
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """``("my-topic", 3)`` for ``"my-topic-3"``; None if the name is not a partition directory."""
+    topic, sep, number = name.rpartition("-")
+    if not sep or not number.isdigit() or not is_valid_topic_name(topic):
+        return None
+    return topic, int(number)
+
+
+def is_valid_topic_name(topic: str) -> bool:
+    """Kafka's rule: 1-249 characters of ``[A-Za-z0-9._-]``, and not "." or ".."."""
+    return bool(_TOPIC_RE.fullmatch(topic)) and topic not in (".", "..")
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+class AppendedBatch(NamedTuple):
+    """What the producer-state and transaction layers need to know of each appended batch."""
+
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+    is_transactional: bool
+    is_control: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Offsets assigned by :meth:`PartitionLog.append`; ``log_append_time_ms`` is -1 under CreateTime."""
+
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+    batches: list[AppendedBatch]
+
+
+class PartitionLog:
+    """The segments of one topic partition.  Use :meth:`open`; every method is synchronous."""
+
+    def __init__(
+        self,
+        directory: Path,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        segments: list[LogSegment],
+        log_start_offset: int,
+        recovery_point: int,
+        opened_ms: int,
+    ) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self.log_start_offset = log_start_offset
+        self.recovery_point = recovery_point
+        self._unflushed_messages = 0
+        self._sealed_unflushed: list[LogSegment] = []
+        self._last_flush_ms = opened_ms
+        self._closed = False
+
+    # ---- opening -----------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig, *, now_ms: int | None = None) -> PartitionLog:
+        """Open the log in ``directory`` (named ``<topic>-<partition>``), creating it if needed.
+
+        Without a clean-shutdown marker every segment from the recovery point on is
+        re-verified batch by batch (structure, offsets, CRC-32C), indexes rebuilt and a
+        torn or corrupt tail truncated.  Indexes that are missing or fail a sanity check
+        are rebuilt in any case.
+        """
+        directory = Path(directory)
+        parsed = parse_partition_dir(directory.name)
+        if parsed is None:
+            raise InvalidPartitionDirectoryError(
+                f"{directory.name!r} is not a <topic>-<partition> directory name"
+            )
+        topic, partition = parsed
+        now = now_ms if now_ms is not None else _now_ms()
+        directory.mkdir(parents=True, exist_ok=True)
+        marker = directory / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        _remove_strays(directory)
+        recovery_point = read_offset_checkpoint(directory / RECOVERY_POINT_FILE, topic, partition) or 0
+        stored_start = read_offset_checkpoint(directory / LOG_START_OFFSET_FILE, topic, partition)
+        segments = _load_segments(directory, config, now, clean=clean, recovery_point=recovery_point)
+        if segments:
+            segments[-1].open_for_append()
+        else:
+            segments = [LogSegment.create(directory, max(stored_start or 0, 0), config, now)]
+        log_end = segments[-1].next_offset
+        log_start = min(max(stored_start or 0, segments[0].base_offset), log_end)
+        if not clean:
+            logger.info("recovered %s-%d: log start %d, log end %d", topic, partition, log_start, log_end)
+        marker.unlink(missing_ok=True)  # from now on a crash must trigger recovery
+        return cls(
+            directory, topic, partition, config, segments, log_start, min(recovery_point, log_end), now
+        )
+
+    # ---- state -------------------------------------------------------------------------------
+
+    @property
+    def log_end_offset(self) -> int:
+        """The next offset to assign."""
+        return self._segments[-1].next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        """Everything appended is committed on a single node."""
+        return self._segments[-1].next_offset
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply new topic configs (index sizes apply to segments created from now on)."""
+        self.config = config
+        self._segments[-1].index_interval_bytes = config.index_interval_bytes
+
+    # ---- append ------------------------------------------------------------------------------
+
+    def append(self, data: BytesLike, *, now_ms: int | None = None) -> AppendResult:
+        """Append one or more complete v2 batches as a client sent them (the buffer is not modified).
+
+        Raises :class:`InvalidBatchError` (nothing written) for a malformed, corrupt or
+        oversized batch, :class:`LogStorageError` if the write fails (rolled back).
+        """
+        if self._closed:
+            self._check_open()
+        view = memoryview(data)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        config = self.config
+        checked = check_batches(view, config.max_message_bytes)
+        now = now_ms if now_ms is not None else _now_ms()
+        append_time = now if config.log_append_time else -1
+        buffers, placed, batches = self._assign_offsets(view, checked, append_time)
+        first, last = batches[0], batches[-1]
+        max_timestamp = first.max_timestamp if len(batches) == 1 else max(b.max_timestamp for b in batches)
+        segment = self._segments[-1]
+        if segment.needs_roll(len(view), max_timestamp, last.last_offset, config, now):
+            segment = self.roll(now_ms=now)
+        segment.append(buffers, len(view), placed)
+        self._unflushed_messages += last.last_offset - first.base_offset + 1
+        if config.flush_messages is not None and self._unflushed_messages >= config.flush_messages:
+            self.flush(now_ms=now)
+        return AppendResult(first.base_offset, last.last_offset, append_time, self.log_start_offset, batches)
+
+    def _assign_offsets(
+        self, view: memoryview, checked: list[tuple[int, BatchHeader]], append_time: int
+    ) -> tuple[list[BytesLike], list[tuple[int, int, int, int]], list[AppendedBatch]]:
+        """New leading bytes for each batch (offset, and LogAppendTime if configured) + the rest as is."""
+        next_offset = self.log_end_offset
+        buffers: list[BytesLike] = []
+        placed: list[tuple[int, int, int, int]] = []
+        batches: list[AppendedBatch] = []
+        for pos, header in checked:
+            end = pos + header.batch_length + LOG_OVERHEAD
+            if append_time < 0:
+                buffers.append(offset_header(header, next_offset))
+                buffers.append(view[pos + _OFFSET_HEADER_SIZE : end])
+                max_timestamp = header.max_timestamp
+            else:
+                head = log_append_time_header(view, pos, header, next_offset, append_time)
+                buffers.append(head)
+                buffers.append(view[pos + len(head) : end])
+                max_timestamp = append_time
+            last = next_offset + header.last_offset_delta
+            placed.append((next_offset, last, max_timestamp, end - pos))
+            attributes = header.attributes
+            batches.append(
+                AppendedBatch(
+                    next_offset, last, max_timestamp, header.producer_id, header.producer_epoch,
+                    header.base_sequence, header.record_count, bool(attributes & TRANSACTIONAL_BIT),
+                    bool(attributes & CONTROL_BIT),
+                )
+            )  # fmt: skip
+            next_offset = last + 1
+        return buffers, placed, batches
+
+    def roll(self, *, now_ms: int | None = None) -> LogSegment:
+        """Start a new active segment at the log end offset (no-op when the active one is empty)."""
+        self._check_open()
+        active = self._segments[-1]
+        if active.size == 0:
+            return active
+        active.seal()
+        self._sealed_unflushed.append(active)
+        now = now_ms if now_ms is not None else _now_ms()
+        segment = LogSegment.create(self.directory, active.next_offset, self.config, now)
+        self._segments.append(segment)
+        self._bases.append(segment.base_offset)
+        return segment
+
+    # ---- read --------------------------------------------------------------------------------
+
+    def read(
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True
+    ) -> FileSlice:
+        """Whole batches starting with the one that CONTAINS ``offset``, up to ``max_bytes``.
+
+        At least one batch is returned even when it is larger (KIP-74) if
+        ``min_one_batch``; batches whose base offset is >= ``max_offset`` (high watermark,
+        LSO) are left out.  Reads stay within one segment; an empty slice at the log end.
+        Raises :class:`OffsetOutOfRange` outside ``[log_start_offset, log_end_offset]``.
+        """
+        self._check_open()
+        log_end = self.log_end_offset
+        if offset < self.log_start_offset or offset > log_end:
+            raise OffsetOutOfRange(offset, self.log_start_offset, log_end)
+        if offset == log_end or (max_offset is not None and offset >= max_offset):
+            return self._empty_slice()
+        first = bisect_right(self._bases, offset) - 1
+        for i in range(max(first, 0), len(self._segments)):
+            found = self._segments[i].read(offset, max_bytes, max_offset, min_one_batch)
+            if found is not None:
+                return found
+        return self._empty_slice()
+
+    def _empty_slice(self) -> FileSlice:
+        active = self._segments[-1]
+        return FileSlice(active.reader(), active.size, 0)
+
+    def iter_batches(self, start_offset: int | None = None) -> Iterator[tuple[BatchHeader, FileSlice]]:
+        """Every stored batch from the one holding ``start_offset`` (default: log start) on, with
+        its header as stored and a slice of its bytes; for rebuilding producer/transaction state."""
+        self._check_open()
+        offset = self.log_start_offset if start_offset is None else max(start_offset, self.log_start_offset)
+        first = max(bisect_right(self._bases, offset) - 1, 0)
+        for segment in list(self._segments[first:]):
+            found = segment.locate(offset)
+            if found is None:
+                continue
+            for position, header in segment.headers(found[0]):
+                yield header, FileSlice(segment.reader(), position, header.size)
+
+    # ---- timestamps --------------------------------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record whose timestamp is >= ``timestamp_ms``
+        (ListOffsets semantics; records are decoded, compressed or not), or None if there is none."""
+        self._check_open()
+        for segment in self._segments:
+            if segment.next_offset <= self.log_start_offset:
+                continue
+            found = segment.find_timestamp(timestamp_ms, self.log_start_offset)
+            if found is not None:
+                return found
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int]:
+        """``(offset, timestamp)`` of the first record with the largest timestamp (ListOffsets -3);
+        ``(-1, -1)`` for an empty log."""
+        self._check_open()
+        best: LogSegment | None = None
+        for segment in self._segments:
+            if segment.size and segment.next_offset > self.log_start_offset:
+                if best is None or segment.max_timestamp > best.max_timestamp:
+                    best = segment
+        if best is None:
+            return -1, -1
+        return best.max_timestamp_record()
+
+    # ---- retention ---------------------------------------------------------------------------
+
+    def enforce_retention(self, now_ms: int) -> int:
+        """Delete old segments by retention.ms, retention.bytes and the log start offset, oldest
+        first and never the active one (Kafka's rules).  Returns how many were deleted."""
+        self._check_open()
+        retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
+        remaining = self.size_in_bytes
+        count = 0
+        while count < len(self._segments) - 1:
+            segment, following = self._segments[count], self._segments[count + 1]
+            below_start = following.base_offset <= self.log_start_offset
+            expired = retention_ms >= 0 and now_ms - segment.largest_timestamp() > retention_ms
+            too_big = retention_bytes >= 0 and remaining - segment.size >= retention_bytes
+            if not (below_start or expired or too_big):
+                break
+            remaining -= segment.size
+            count += 1
+        self._delete_oldest(count)
+        return count
+
+    def delete_records_before(self, offset: int) -> None:
+        """Move the log start offset up to ``offset`` (DeleteRecords) and drop whole segments below it."""
+        self._check_open()
+        if offset < 0 or offset > self.high_watermark:
+            raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
+        if offset <= self.log_start_offset:
+            return
+        self.log_start_offset = offset
+        write_offset_checkpoint(self.directory / LOG_START_OFFSET_FILE, self.topic, self.partition, offset)
+        count = 0
+        while count < len(self._segments) - 1 and self._segments[count + 1].base_offset <= offset:
+            count += 1
+        self._delete_oldest(count)
+
+    def _delete_oldest(self, count: int) -> None:
+        if count <= 0:
+            return
+        doomed, self._segments = self._segments[:count], self._segments[count:]
+        self._bases = self._bases[count:]
+        for segment in doomed:
+            logger.info("deleting segment %s", segment.log_path)
+            segment.delete()
+        self._sealed_unflushed = [s for s in self._sealed_unflushed if s not in doomed]
+        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+
+    # ---- flush and close ---------------------------------------------------------------------
+
+    def flush(self, *, now_ms: int | None = None) -> None:
+        """fsync every segment written since the last flush and advance the recovery point."""
+        self._check_open()
+        for segment in self._sealed_unflushed:
+            segment.fsync()
+        self._sealed_unflushed.clear()
+        self._segments[-1].fsync()
+        self.recovery_point = self.log_end_offset
+        write_offset_checkpoint(
+            self.directory / RECOVERY_POINT_FILE, self.topic, self.partition, self.recovery_point, fsync=True
+        )
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms if now_ms is not None else _now_ms()
+
+    def flush_if_due(self, now_ms: int) -> bool:
+        """Apply flush.ms; returns True if it flushed."""
+        flush_ms = self.config.flush_ms
+        if flush_ms is None or self._closed:
+            return False
+        dirty = self._unflushed_messages > 0 or bool(self._sealed_unflushed)
+        if dirty and now_ms - self._last_flush_ms >= flush_ms:
+            self.flush(now_ms=now_ms)
+            return True
+        return False
+
+    def close(self) -> None:
+        """Flush, seal the active segment and leave the clean-shutdown marker; idempotent."""
+        if self._closed:
+            return
+        self._segments[-1].seal()
+        self.flush()
+        write_offset_checkpoint(
+            self.directory / LOG_START_OFFSET_FILE, self.topic, self.partition, self.log_start_offset
+        )
+        for segment in self._segments:
+            segment.close()
+        (self.directory / CLEAN_SHUTDOWN_FILE).touch()
+        self._closed = True
+
+    def delete(self) -> None:
+        """Remove the partition directory and everything in it (open slices stay readable)."""
+        for segment in self._segments:
+            segment.delete()
+        self._closed = True
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogError(f"log {self.topic}-{self.partition} is closed")
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.topic}-{self.partition}, start={self.log_start_offset}, "
+            f"end={self.log_end_offset}, segments={len(self._segments)})"
+        )
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _remove_strays(directory: Path) -> None:
+    """Drop leftovers of interrupted writes: temp files and indexes without a log file."""
+    for path in directory.iterdir():
+        if path.name.endswith(TMP_SUFFIX):
+            path.unlink(missing_ok=True)
+        elif path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and not path.with_suffix(LOG_SUFFIX).exists():
+            path.unlink(missing_ok=True)
+
+
+def _load_segments(
+    directory: Path, config: LogConfig, now: int, *, clean: bool, recovery_point: int
+) -> list[LogSegment]:
+    bases = sorted(int(m.group(1)) for p in directory.iterdir() if (m := _SEGMENT_RE.fullmatch(p.name)))
+    segments: list[LogSegment] = []
+    for i, base in enumerate(bases):
+        following = bases[i + 1] if i + 1 < len(bases) else None
+        recover = not clean and (following is None or following > recovery_point)
+        segment = LogSegment.load(directory, base, config, now, recover=recover)
+        segments.append(segment)
+        if following is not None and segment.truncated_bytes:
+            # Data after a corrupt batch cannot be trusted to line up: drop the later segments.
+            for later in bases[i + 1 :]:
+                logger.warning(
+                    "deleting segment %020d of %s after corruption in an earlier one", later, directory
+                )
+                LogSegment(directory, later, config, now).delete()
+            break
+    return segments

@@ -1,0 +1,357 @@
+"""Cluster state of the single-node broker: identity, the topic registry, logs, append notifications.
+
+Topics are persisted as one small JSON file per topic under
+``<data_dir>/.kafkakit-topics/`` (written to a temporary file, fsynced, then
+renamed into place, so a crash leaves either the old or the new file), and the
+cluster identity in ``<data_dir>/meta.properties`` as Kafka does.  Handlers
+reach everything through :class:`BrokerState`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import os
+import re
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kafkakit.broker.config import BrokerConfig
+from kafkakit.broker.log import LogConfig, LogManager, PartitionLog
+from kafkakit.errors import KafkaConfigError
+
+log = logging.getLogger("kafkakit.broker")
+
+TOPICS_DIR = ".kafkakit-topics"
+META_FILE = "meta.properties"
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+MAX_TOPIC_NAME_LENGTH = 249
+
+
+def topic_name_error(name: str | None) -> str | None:
+    """Why ``name`` is not a legal topic name (Kafka's rules), or None when it is."""
+    if not name:
+        return "topic name is empty"
+    if name in (".", ".."):
+        return f"topic name cannot be {name!r}"
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        return f"topic name is longer than {MAX_TOPIC_NAME_LENGTH} characters"
+    if not _LEGAL_TOPIC.fullmatch(name):
+        return f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_' and '-'"
+    return None
+
+
+@dataclass(slots=True)
+class TopicInfo:
+    """A topic as the registry knows it; ``configs`` holds only the topic's own overrides."""
+
+    name: str
+    topic_id: uuid.UUID
+    num_partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_internal(self) -> bool:
+        """Kafka's two internal topics."""
+        return self.name in INTERNAL_TOPICS
+
+    def to_json(self) -> dict[str, Any]:
+        """The persisted form."""
+        return {
+            "name": self.name,
+            "topic_id": str(self.topic_id),
+            "num_partitions": self.num_partitions,
+            "configs": self.configs,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TopicInfo:
+        """Inverse of :meth:`to_json`."""
+        return cls(
+            name=str(data["name"]),
+            topic_id=uuid.UUID(data["topic_id"]),
+            num_partitions=int(data["num_partitions"]),
+            configs={str(k): str(v) for k, v in data.get("configs", {}).items()},
+        )
+
+
+class TopicRegistry:
+    """Name -> :class:`TopicInfo`, persisted one JSON file per topic."""
+
+    def __init__(self, directory: Path) -> None:
+        self._dir = directory
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._by_name: dict[str, TopicInfo] = {}
+        self._by_id: dict[uuid.UUID, TopicInfo] = {}
+        for path in sorted(self._dir.glob("*.json")):
+            info = TopicInfo.from_json(json.loads(path.read_text("utf-8")))
+            self._index(info)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def __iter__(self) -> Iterator[TopicInfo]:
+        return iter(list(self._by_name.values()))
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def get(self, name: str) -> TopicInfo | None:
+        """The topic called ``name``, if any."""
+        return self._by_name.get(name)
+
+    def by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        """The topic with this id, if any."""
+        return self._by_id.get(topic_id)
+
+    def add(self, info: TopicInfo) -> None:
+        """Persist then index a new topic."""
+        _write_atomically(self._path(info.name), json.dumps(info.to_json(), indent=1).encode())
+        self._index(info)
+
+    def remove(self, name: str) -> TopicInfo | None:
+        """Forget a topic (file first, so a crash never resurrects a half-deleted one as live)."""
+        info = self._by_name.pop(name, None)
+        if info is not None:
+            self._by_id.pop(info.topic_id, None)
+            with contextlib.suppress(FileNotFoundError):
+                self._path(name).unlink()
+            _fsync_dir(self._dir)
+        return info
+
+    def _index(self, info: TopicInfo) -> None:
+        self._by_name[info.name] = info
+        self._by_id[info.topic_id] = info
+
+    def _path(self, name: str) -> Path:
+        return self._dir / f"{name}.json"
+
+
+class BrokerState:
+    """Everything handlers share: config, identity, topics, logs and the append notifier."""
+
+    def __init__(self, data_dir: Path, config: BrokerConfig) -> None:
+        self.config = config
+        self.data_dir = data_dir
+        self.node_id = config.node_id
+        self.cluster_id = _load_or_create_cluster_id(data_dir, config)
+        self.advertised_host = config.advertised_host or "127.0.0.1"
+        self.port = 0
+        self.default_log_config = broker_log_config(config)
+        self.topics = TopicRegistry(data_dir / TOPICS_DIR)
+        self.logs = LogManager(data_dir, self.default_log_config)
+        self._append_waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
+        self._background: list[asyncio.Task[None]] = []
+        self._open_registered_partitions()
+
+    # -- listener --------------------------------------------------------------
+
+    def set_listener(self, host: str, port: int) -> None:
+        """Record where clients reach this broker (Metadata and DescribeCluster advertise it)."""
+        self.advertised_host = host
+        self.port = port
+
+    # -- topics ----------------------------------------------------------------
+
+    def topic_log_config(self, info: TopicInfo) -> LogConfig:
+        """The effective log settings of a topic: its overrides over the broker's defaults."""
+        return LogConfig.from_topic_configs(info.configs, self.default_log_config)
+
+    def create_topic(
+        self, name: str, num_partitions: int, configs: dict[str, str] | None = None
+    ) -> TopicInfo:
+        """Register a topic and create its partition logs.
+
+        The caller validates name, partition count and configs first (the
+        handlers turn problems into error codes); ``LogConfig`` raises
+        ``KafkaConfigError`` for bad configs.
+        """
+        info = TopicInfo(name, uuid.uuid4(), num_partitions, dict(configs or {}))
+        log_config = self.topic_log_config(info)
+        # The registry file is the commit point: after a crash here the next
+        # start creates whichever partition logs are missing.
+        self.topics.add(info)
+        for partition in range(num_partitions):
+            self.logs.create(name, partition, log_config)
+        log.info("created topic %s with %d partition(s)", name, num_partitions)
+        return info
+
+    def delete_topic(self, name: str) -> TopicInfo | None:
+        """Remove a topic and its data; fetches waiting on it wake up and see it gone."""
+        info = self.topics.remove(name)
+        if info is None:
+            return None
+        self.logs.delete_topic(name)
+        for partition in range(info.num_partitions):
+            self.notify_append(name, partition)
+        log.info("deleted topic %s", name)
+        return info
+
+    def partition_log(self, topic: str, partition: int) -> PartitionLog | None:
+        """The log of ``topic``/``partition`` when both exist."""
+        info = self.topics.get(topic)
+        if info is None or not 0 <= partition < info.num_partitions:
+            return None
+        return self.logs.get(topic, partition)
+
+    def _open_registered_partitions(self) -> None:
+        for topic, partitions in self.logs.topics().items():
+            if topic not in self.topics:
+                # Logs without a registry entry (a data dir from elsewhere, or a
+                # delete cut short): keep the data and adopt the topic.
+                log.warning("adopting topic %s found on disk without a registry entry", topic)
+                configs = self.logs.topic_config_overrides(topic)
+                self.topics.add(TopicInfo(topic, uuid.uuid4(), max(partitions) + 1, configs))
+        for info in self.topics:
+            log_config = self.topic_log_config(info)
+            for partition in range(info.num_partitions):
+                if self.logs.get(info.name, partition) is None:
+                    self.logs.create(info.name, partition, log_config)
+
+    # -- long-poll support -----------------------------------------------------
+
+    def notify_append(self, topic: str, partition: int) -> None:
+        """Wake every Fetch waiting for data on this partition (call after each append)."""
+        waiters = self._append_waiters.pop((topic, partition), None)
+        if waiters:
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def wait_for_append(self, partitions: Iterable[tuple[str, int]], timeout: float) -> bool:
+        """Wait until one of ``partitions`` gets an append, or ``timeout`` seconds pass; True if woken."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        keys = list(partitions)
+        for key in keys:
+            self._append_waiters.setdefault(key, set()).add(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            for key in keys:
+                waiters = self._append_waiters.get(key)
+                if waiters is not None:
+                    waiters.discard(fut)
+                    if not waiters:
+                        del self._append_waiters[key]
+
+    # -- background maintenance ------------------------------------------------
+
+    def start_background_tasks(self) -> None:
+        """Start retention enforcement and the time-based flush policy."""
+        self._background.append(asyncio.create_task(self._retention_loop(), name="kafkakit-retention"))
+        self._background.append(asyncio.create_task(self._flush_loop(), name="kafkakit-flush"))
+
+    async def stop_background_tasks(self) -> None:
+        """Cancel the maintenance tasks and wait for them."""
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        self._background.clear()
+
+    async def _retention_loop(self) -> None:
+        interval = self.config.log_retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.logs.enforce_retention(_now_ms())
+            except Exception:
+                log.exception("retention check failed")
+
+    async def _flush_loop(self) -> None:
+        # Topic flush.ms overrides may be shorter than the broker default, so poll
+        # at most every second; flush_due() decides which partitions are due.
+        interval = min(self.config.log_flush_ms / 1000, 1.0)
+        while True:
+            await asyncio.sleep(max(interval, 0.01))
+            try:
+                self.logs.flush_due(_now_ms())
+            except Exception:
+                log.exception("scheduled flush failed")
+
+    def close(self) -> None:
+        """Flush and close every log so the next start needs no recovery."""
+        self.logs.close()
+
+
+def broker_log_config(config: BrokerConfig) -> LogConfig:
+    """The broker-wide log defaults (log.* settings) as a :class:`LogConfig`."""
+    try:
+        return LogConfig(
+            segment_bytes=config.log_segment_bytes,
+            segment_ms=config.log_segment_ms,
+            retention_ms=config.log_retention_ms,
+            retention_bytes=config.log_retention_bytes,
+            flush_messages=config.log_flush_messages,
+            flush_ms=config.log_flush_ms,
+            max_message_bytes=config.message_max_bytes,
+        )
+    except KafkaConfigError as exc:
+        raise KafkaConfigError(f"log_{exc.setting.replace('.', '_')}", str(exc)) from None
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _load_or_create_cluster_id(data_dir: Path, config: BrokerConfig) -> str:
+    """Read meta.properties, or write it on first start (Kafka's format and cluster id style)."""
+    path = data_dir / META_FILE
+    if path.exists():
+        props = _read_properties(path)
+        stored = props.get("cluster.id")
+        if stored:
+            if config.cluster_id is not None and config.cluster_id != stored:
+                raise KafkaConfigError(
+                    "cluster_id",
+                    f"data dir {data_dir} belongs to cluster {stored!r}, not {config.cluster_id!r}",
+                )
+            return stored
+    cluster_id = config.cluster_id or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    text = (
+        "#\n"
+        f"#{time.strftime('%a %b %d %H:%M:%S %Z %Y')}\n"
+        f"cluster.id={cluster_id}\n"
+        f"node.id={config.node_id}\n"
+        "version=1\n"
+    )
+    _write_atomically(path, text.encode())
+    return cluster_id
+
+
+def _read_properties(path: Path) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for line in path.read_text("utf-8").splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, _, value = line.partition("=")
+            props[key.strip()] = value.strip()
+    return props
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,376 @@
+"""The public consumer: manual partition assignment, positions, prefetching reads.
+
+Method names follow aiokafka's ``AIOKafkaConsumer``. Consumer groups
+(``group_id``, ``subscribe``) arrive with the group coordinator; until then
+they raise :class:`~kafkakit.errors.NotYetSupportedError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any, TypeAlias
+
+from kafkakit.cluster import Cluster
+from kafkakit.errors import (
+    ConsumerStoppedError,
+    IllegalStateError,
+    KafkaConfigError,
+    NotYetSupportedError,
+)
+from kafkakit.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+
+from .fetcher import Deserializer, Fetcher, FetcherConfig, PartitionState
+from .offsets import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED, list_offsets
+
+Record: TypeAlias = ConsumerRecord[Any, Any]
+
+_RESET_POLICIES = ("earliest", "latest", "none")
+_ISOLATION_LEVELS = {"read_uncommitted": READ_UNCOMMITTED, "read_committed": READ_COMMITTED}
+_INT32_MAX = 2**31 - 1
+_GROUPS_LATER = (
+    "consumer groups (group_id, subscribe, topics in the constructor) are not supported yet; "
+    "use assign() with explicit TopicPartitions"
+)
+
+
+def _check_int(setting: str, value: Any, minimum: int, maximum: int = _INT32_MAX) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise KafkaConfigError(setting, f"must be an integer, got {value!r}")
+    if not minimum <= value <= maximum:
+        raise KafkaConfigError(setting, f"must be between {minimum} and {maximum}, got {value}")
+    return value
+
+
+def _check_deserializer(setting: str, value: Any) -> Deserializer | None:
+    if value is not None and not callable(value):
+        raise KafkaConfigError(setting, f"must be callable or None, got {value!r}")
+    return value  # type: ignore[no-any-return]
+
+
+class Consumer:
+    """An asyncio Kafka consumer reading manually assigned partitions.
+
+    ``getmany`` is the fast path: a background fetcher keeps the next Fetch for
+    every broker in flight while the application works, and records are decoded
+    only when handed out. Use it as ``async with Consumer(...) as consumer:``.
+    """
+
+    def __init__(
+        self,
+        *topics: str,
+        bootstrap_servers: str | Iterable[str] = "localhost:9092",
+        client_id: str = "kafkakit",
+        group_id: str | None = None,
+        key_deserializer: Deserializer | None = None,
+        value_deserializer: Deserializer | None = None,
+        fetch_max_wait_ms: int = 500,
+        fetch_min_bytes: int = 1,
+        fetch_max_bytes: int = 52428800,
+        max_partition_fetch_bytes: int = 1048576,
+        request_timeout_ms: int = 40000,
+        retry_backoff_ms: int = 100,
+        auto_offset_reset: str = "latest",
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5000,
+        check_crcs: bool = True,
+        metadata_max_age_ms: int = 300000,
+        isolation_level: str = "read_uncommitted",
+        max_poll_records: int | None = None,
+        allow_auto_create_topics: bool = True,
+        connections_max_idle_ms: int = 540000,
+    ) -> None:
+        if topics:
+            raise NotYetSupportedError(f"subscribing to {list(topics)}: {_GROUPS_LATER}")
+        if group_id is not None:
+            raise NotYetSupportedError(f"group_id={group_id!r}: {_GROUPS_LATER}")
+        if not isinstance(client_id, str):
+            raise KafkaConfigError("client_id", f"must be a string, got {client_id!r}")
+        fetch_max_wait_ms = _check_int("fetch_max_wait_ms", fetch_max_wait_ms, 0)
+        request_timeout_ms = _check_int("request_timeout_ms", request_timeout_ms, 1)
+        if request_timeout_ms <= fetch_max_wait_ms:
+            raise KafkaConfigError("request_timeout_ms", "must be larger than fetch_max_wait_ms")
+        if auto_offset_reset not in _RESET_POLICIES:
+            raise KafkaConfigError(
+                "auto_offset_reset", f"must be one of {_RESET_POLICIES}, got {auto_offset_reset!r}"
+            )
+        if isolation_level not in _ISOLATION_LEVELS:
+            raise KafkaConfigError(
+                "isolation_level", f"must be one of {tuple(_ISOLATION_LEVELS)}, got {isolation_level!r}"
+            )
+        if max_poll_records is not None:
+            _check_int("max_poll_records", max_poll_records, 1)
+        _check_int("auto_commit_interval_ms", auto_commit_interval_ms, 0)
+        self._isolation_level = _ISOLATION_LEVELS[isolation_level]
+        self._request_timeout = request_timeout_ms / 1000
+        self._max_poll_records = max_poll_records
+        self._enable_auto_commit = bool(enable_auto_commit)  # used once groups exist
+        self._cluster = Cluster(
+            bootstrap_servers,
+            client_id=client_id,
+            request_timeout_ms=request_timeout_ms,
+            connections_max_idle_ms=_check_int("connections_max_idle_ms", connections_max_idle_ms, 1),
+            metadata_max_age_ms=_check_int("metadata_max_age_ms", metadata_max_age_ms, 0),
+            retry_backoff_ms=_check_int("retry_backoff_ms", retry_backoff_ms, 0),
+            allow_auto_create_topics=allow_auto_create_topics,
+        )
+        self._fetcher = Fetcher(
+            self._cluster,
+            FetcherConfig(
+                max_wait_ms=fetch_max_wait_ms,
+                min_bytes=_check_int("fetch_min_bytes", fetch_min_bytes, 0),
+                max_bytes=_check_int("fetch_max_bytes", fetch_max_bytes, 1),
+                partition_max_bytes=_check_int("max_partition_fetch_bytes", max_partition_fetch_bytes, 1),
+                isolation_level=self._isolation_level,
+                auto_offset_reset=auto_offset_reset,
+                check_crcs=bool(check_crcs),
+                retry_backoff=retry_backoff_ms / 1000,
+                request_timeout=request_timeout_ms / 1000,
+                key_deserializer=_check_deserializer("key_deserializer", key_deserializer),
+                value_deserializer=_check_deserializer("value_deserializer", value_deserializer),
+            ),
+        )
+        self._started = False
+        self._closed = False
+
+    # -- lifecycle -------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect to the cluster and start the background fetcher."""
+        if self._closed:
+            raise IllegalStateError("a stopped consumer cannot be restarted")
+        if self._started:
+            return
+        await self._cluster.start()
+        self._fetcher.start()
+        self._started = True
+
+    async def stop(self) -> None:
+        """Stop fetching and close every connection; waiting calls raise ConsumerStoppedError."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._fetcher.close()
+        await self._cluster.close()
+
+    async def __aenter__(self) -> Consumer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    def _check_running(self) -> None:
+        if self._closed:
+            raise ConsumerStoppedError("the consumer was stopped")
+        if not self._started:
+            raise IllegalStateError("call await consumer.start() first")
+
+    # -- assignment ------------------------------------------------------
+
+    def subscribe(self, *args: Any, **kwargs: Any) -> None:
+        """Not available before consumer groups are implemented."""
+        raise NotYetSupportedError(_GROUPS_LATER)
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Read exactly ``partitions``; those not assigned before start at the reset policy."""
+        if isinstance(partitions, (str, bytes, TopicPartition)):
+            raise TypeError("assign() takes a list of TopicPartition")
+        checked = []
+        for tp in partitions:
+            if (
+                not isinstance(tp, tuple)
+                or len(tp) != 2
+                or not isinstance(tp[0], str)
+                or not isinstance(tp[1], int)
+            ):
+                raise TypeError(f"assign() takes TopicPartition(topic, partition) items, got {tp!r}")
+            if tp[1] < 0:
+                raise ValueError(f"negative partition in {tp!r}")
+            checked.append(TopicPartition(tp[0], tp[1]))
+        self._fetcher.assign(checked)
+
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions currently assigned."""
+        return self._fetcher.assignment()
+
+    def _state(self, tp: TopicPartition) -> PartitionState:
+        try:
+            return self._fetcher.state(tp)
+        except KeyError:
+            raise IllegalStateError(f"partition {tp} is not assigned") from None
+
+    def _states(self, tps: tuple[TopicPartition, ...]) -> list[PartitionState]:
+        if tps:
+            return [self._state(tp) for tp in tps]
+        return list(self._fetcher.states())
+
+    # -- positions -------------------------------------------------------
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Read ``partition`` from ``offset`` next; buffered records of it are dropped."""
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset must be a non-negative integer, got {offset!r}")
+        self._state(partition)
+        self._fetcher.seek(partition, offset)
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        """Seek each of ``partitions`` (default: all assigned) to its log start offset."""
+        await self._seek_to(EARLIEST, partitions)
+
+    async def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """Seek each of ``partitions`` (default: all assigned) to its end (the LSO under read_committed)."""
+        await self._seek_to(LATEST, partitions)
+
+    async def _seek_to(self, timestamp: int, partitions: tuple[TopicPartition, ...]) -> None:
+        self._check_running()
+        states = self._states(partitions)
+        epochs = {s.tp: s.epoch for s in states}
+        found = await self._list_offsets(dict.fromkeys(epochs, timestamp))
+        for state in states:
+            # A seek() made while we waited wins over this one.
+            if state.epoch == epochs[state.tp] and self._fetcher.state(state.tp) is state:
+                self._fetcher.seek(state.tp, found[state.tp].offset)
+
+    async def position(self, partition: TopicPartition) -> int:
+        """The offset of the next record ``getmany`` returns for ``partition``."""
+        self._check_running()
+        state = self._state(partition)
+        while state.position is None:
+            await self._fetcher.ensure_positions([state])
+        return state.position
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """The high watermark from the last fetch of ``partition`` (None before one)."""
+        return self._state(partition).highwater
+
+    def last_stable_offset(self, partition: TopicPartition) -> int | None:
+        """The last stable offset from the last fetch of ``partition`` (None before one)."""
+        return self._state(partition).last_stable_offset
+
+    # -- offsets lookups ---------------------------------------------------
+
+    async def _list_offsets(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, Any]:
+        return await list_offsets(
+            self._cluster, timestamps, isolation_level=self._isolation_level, timeout=self._request_timeout
+        )
+
+    async def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The first offset of each partition (assigned or not)."""
+        self._check_running()
+        found = await self._list_offsets(dict.fromkeys(partitions, EARLIEST))
+        return {tp: r.offset for tp, r in found.items()}
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The offset after the last record of each partition (the LSO under read_committed)."""
+        self._check_running()
+        found = await self._list_offsets(dict.fromkeys(partitions, LATEST))
+        return {tp: r.offset for tp, r in found.items()}
+
+    async def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """For each partition, the first record at or after the timestamp (ms), or None if there is none."""
+        self._check_running()
+        for tp, ts in timestamps.items():
+            if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
+                raise ValueError(f"timestamp for {tp} must be a non-negative integer (ms), got {ts!r}")
+        found = await self._list_offsets(timestamps)
+        return {
+            tp: None if r.offset < 0 else OffsetAndTimestamp(r.offset, r.timestamp) for tp, r in found.items()
+        }
+
+    # -- flow control ------------------------------------------------------
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop returning and fetching records of ``partitions`` (buffered ones are kept)."""
+        for tp in partitions:
+            self._state(tp)
+            self._fetcher.pause(tp)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        """Undo :meth:`pause`."""
+        for tp in partitions:
+            self._state(tp)
+            self._fetcher.resume(tp)
+
+    def paused(self) -> set[TopicPartition]:
+        """The assigned partitions that are paused."""
+        return {s.tp for s in self._fetcher.states() if s.paused}
+
+    # -- metadata ----------------------------------------------------------
+
+    async def topics(self) -> set[str]:
+        """Every topic of the cluster, internal ones excluded."""
+        self._check_running()
+        response = await self._cluster.fetch_all_topics_metadata()
+        return {
+            t.name for t in response.topics if not int(t.error_code) and not getattr(t, "is_internal", False)
+        }
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """Partition numbers of ``topic`` from cached metadata (None when unknown)."""
+        parts = self._cluster.metadata.partitions_for(topic)
+        return None if parts is None else set(parts)
+
+    # -- reading -----------------------------------------------------------
+
+    async def getmany(
+        self, *partitions: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[Record]]:
+        """Buffered records by partition, waiting up to ``timeout_ms`` when none are buffered.
+
+        ``max_records`` (default ``max_poll_records``, else unlimited) caps the
+        total. Raises a stored fetch error (e.g. OffsetOutOfRangeError with
+        ``auto_offset_reset="none"``) once.
+        """
+        self._check_running()
+        if max_records is None:
+            max_records = self._max_poll_records
+        elif max_records < 1:
+            raise ValueError(f"max_records must be positive, got {max_records}")
+        fetcher = self._fetcher
+        if fetcher.has_in_flight():
+            await asyncio.sleep(0)  # let a response that has arrived be read while we drain
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while True:
+            states = self._states(partitions)
+            fetcher.raise_pending_error(states)
+            fetcher.clear_data_ready()
+            records = fetcher.drain(states, max_records)
+            if records:
+                return records
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return records
+            await fetcher.wait_for_data(remaining)
+            if fetcher.closed:
+                raise ConsumerStoppedError("the consumer was stopped")
+
+    async def getone(self, *partitions: TopicPartition) -> Record:
+        """The next record (from ``partitions`` if given), waiting as long as it takes."""
+        self._check_running()
+        fetcher = self._fetcher
+        while True:
+            states = self._states(partitions)
+            fetcher.raise_pending_error(states)
+            fetcher.clear_data_ready()
+            records = fetcher.drain(states, 1)
+            for batch in records.values():
+                return batch[0]
+            await fetcher.wait_for_data(None)
+            if fetcher.closed:
+                raise ConsumerStoppedError("the consumer was stopped")
+
+    def __aiter__(self) -> Consumer:
+        return self
+
+    async def __anext__(self) -> Record:
+        try:
+            return await self.getone()
+        except ConsumerStoppedError:
+            raise StopAsyncIteration from None

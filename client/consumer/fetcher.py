@@ -1,0 +1,630 @@
+"""The consumer's background fetcher: prefetching, buffering, position resets.
+
+One loop task decides what to fetch; each broker gets at most one Fetch in
+flight, covering every assigned, unpaused partition it leads whose buffered
+bytes are below the prefetch threshold. Responses are stored undecoded (one
+:class:`_Chunk` per partition and response); records are decoded only when the
+application drains them in ``getmany``, so decoding never competes with
+fetching and data that a ``seek`` throws away is never decoded.
+
+Each partition keeps two offsets: ``position`` (the next record handed to the
+application) and ``fetch_offset`` (the next offset to request, past whatever
+is buffered). ``epoch`` counts seeks/resets so a response to a request sent
+before one is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any, TypeAlias
+
+from kafkakit.cluster import Cluster
+from kafkakit.errors import (
+    CorruptRecordError,
+    KafkaError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    for_code,
+)
+from kafkakit.protocol.framing import ApiKey
+from kafkakit.records import decode_batch, iter_batch_headers, read_control_type, verify_crc
+from kafkakit.structs import ConsumerRecord, TopicPartition
+
+from .offsets import EARLIEST, LATEST, READ_COMMITTED, list_offsets
+
+log = logging.getLogger(__name__)
+
+Record: TypeAlias = ConsumerRecord[Any, Any]
+Deserializer: TypeAlias = Callable[[Any], Any]
+
+_OFFSET_OUT_OF_RANGE = 1
+# Partition errors that a metadata refresh (and a retry) fixes: unknown topic or
+# leader, not leader, storage error, fenced/unknown leader epoch, offset not available.
+_REFRESH_ERRORS = {3, 5, 6, 56, 74, 75, 76, 78}
+
+
+class NoOffsetForPartitionError(OffsetOutOfRangeError):  # type: ignore[misc]
+    """A partition has no position and ``auto_offset_reset="none"`` forbids picking one."""
+
+
+class FetcherConfig:
+    """The fetch-related consumer settings, already validated."""
+
+    __slots__ = (
+        "max_wait_ms",
+        "min_bytes",
+        "max_bytes",
+        "partition_max_bytes",
+        "isolation_level",
+        "auto_offset_reset",
+        "check_crcs",
+        "retry_backoff",
+        "request_timeout",
+        "prefetch_bytes",
+        "key_deserializer",
+        "value_deserializer",
+    )
+
+    def __init__(
+        self,
+        *,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        partition_max_bytes: int,
+        isolation_level: int,
+        auto_offset_reset: str,
+        check_crcs: bool,
+        retry_backoff: float,
+        request_timeout: float,
+        key_deserializer: Deserializer | None,
+        value_deserializer: Deserializer | None,
+    ) -> None:
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.partition_max_bytes = partition_max_bytes
+        self.isolation_level = isolation_level
+        self.auto_offset_reset = auto_offset_reset
+        self.check_crcs = check_crcs
+        self.retry_backoff = retry_backoff
+        self.request_timeout = request_timeout
+        # Keep fetching a partition until about two responses are buffered: one
+        # being drained by the application while the next one is on its way.
+        self.prefetch_bytes = 2 * partition_max_bytes
+        self.key_deserializer = key_deserializer
+        self.value_deserializer = value_deserializer
+
+
+class _Chunk:
+    """The records bytes one Fetch response returned for one partition."""
+
+    __slots__ = ("data", "fetch_offset", "next_offset", "aborted", "records", "index")
+
+    def __init__(
+        self, data: bytes, fetch_offset: int, next_offset: int, aborted: list[tuple[int, int]] | None
+    ) -> None:
+        self.data = data
+        self.fetch_offset = fetch_offset  # records below it belong to an earlier position
+        self.next_offset = next_offset  # one past the last complete batch
+        self.aborted = aborted  # (producer id, first offset) of aborted transactions, read_committed only
+        self.records: list[Record] | None = None  # decoded lazily
+        self.index = 0  # records[:index] were handed out
+
+
+class PartitionState:
+    """Position, buffered data and fetch bookkeeping of one assigned partition."""
+
+    __slots__ = (
+        "tp",
+        "position",
+        "fetch_offset",
+        "paused",
+        "epoch",
+        "chunks",
+        "buffered_bytes",
+        "in_flight",
+        "error",
+        "highwater",
+        "last_stable_offset",
+        "log_start_offset",
+        "max_bytes",
+    )
+
+    def __init__(self, tp: TopicPartition, max_bytes: int) -> None:
+        self.tp = tp
+        self.position: int | None = None
+        self.fetch_offset: int | None = None
+        self.paused = False
+        self.epoch = 0
+        self.chunks: deque[_Chunk] = deque()
+        self.buffered_bytes = 0
+        self.in_flight = False
+        self.error: BaseException | None = None
+        self.highwater: int | None = None
+        self.last_stable_offset: int | None = None
+        self.log_start_offset: int | None = None
+        self.max_bytes = max_bytes
+
+    def seek(self, offset: int | None) -> None:
+        """Move to ``offset`` (None = reset by policy), dropping buffered and in-flight data."""
+        self.position = offset
+        self.fetch_offset = offset
+        self.epoch += 1
+        self.chunks.clear()
+        self.buffered_bytes = 0
+        self.error = None
+
+
+class Fetcher:
+    """Prefetches records for the assigned partitions and hands them out on demand."""
+
+    def __init__(self, cluster: Cluster, config: FetcherConfig) -> None:
+        self._cluster = cluster
+        self._config = config
+        self._states: dict[TopicPartition, PartitionState] = {}
+        self._in_flight: dict[int, asyncio.Task[None]] = {}
+        self._wakeup = asyncio.Event()
+        self._data_ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._reset_task: asyncio.Task[None] | None = None
+        self._next_refresh = 0.0
+        self._closed = False
+        self._rotation = 0
+
+    # -- lifecycle -------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="kafkakit-fetcher")
+
+    async def close(self) -> None:
+        self._closed = True
+        self._data_ready.set()
+        tasks = [t for t in (self._task, self._reset_task, *self._in_flight.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- assignment and positions ------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Replace the assignment; partitions that stay keep their position and buffer."""
+        wanted = list(dict.fromkeys(partitions))
+        old = self._states
+        self._states = {
+            tp: old.get(tp) or PartitionState(tp, self._config.partition_max_bytes) for tp in wanted
+        }
+        for tp, state in old.items():
+            if tp not in self._states:
+                state.epoch += 1  # drop any response still on its way
+        self._wake()
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._states)
+
+    def state(self, tp: TopicPartition) -> PartitionState:
+        """The state of an assigned partition (KeyError when ``tp`` is not assigned)."""
+        return self._states[tp]
+
+    def states(self) -> Iterable[PartitionState]:
+        return self._states.values()
+
+    def seek(self, tp: TopicPartition, offset: int | None) -> None:
+        self._states[tp].seek(offset)
+        self._wake()
+
+    def pause(self, tp: TopicPartition) -> None:
+        self._states[tp].paused = True
+
+    def resume(self, tp: TopicPartition) -> None:
+        self._states[tp].paused = False
+        self._wake()
+
+    async def ensure_positions(self, states: list[PartitionState]) -> None:
+        """Give every partition in ``states`` without a position one, by the reset policy."""
+        missing = [s for s in states if s.position is None]
+        if missing:
+            await self._reset_positions(missing)
+        for state in states:
+            if state.error is not None:
+                error, state.error = state.error, None
+                raise error
+
+    async def _reset_positions(self, states: list[PartitionState]) -> None:
+        policy = self._config.auto_offset_reset
+        if policy == "none":
+            for s in states:
+                s.error = NoOffsetForPartitionError(
+                    f"{s.tp.topic}-{s.tp.partition} has no position and auto_offset_reset='none'"
+                )
+            self._data_ready.set()
+            return
+        timestamp = EARLIEST if policy == "earliest" else LATEST
+        epochs = {s.tp: s.epoch for s in states}
+        try:
+            found = await list_offsets(
+                self._cluster,
+                dict.fromkeys(epochs, timestamp),
+                isolation_level=self._config.isolation_level,
+                timeout=self._config.request_timeout,
+            )
+        except KafkaError as exc:
+            for s in states:
+                if s.epoch == epochs[s.tp] and s.position is None:
+                    s.error = exc
+            self._data_ready.set()
+            return
+        for s in states:
+            result = found.get(s.tp)
+            # Apply only if nobody seeked meanwhile.
+            if result is not None and s.epoch == epochs[s.tp] and s.position is None:
+                s.seek(result.offset)
+        self._wake()
+
+    # -- handing records to the application ------------------------------
+
+    def raise_pending_error(self, states: Iterable[PartitionState]) -> None:
+        """Raise (once) an error stored for one of ``states``."""
+        for state in states:
+            if state.error is not None:
+                error, state.error = state.error, None
+                self._wake()
+                raise error
+
+    def has_in_flight(self) -> bool:
+        return bool(self._in_flight)
+
+    def drain(
+        self, states: list[PartitionState], max_records: int | None
+    ) -> dict[TopicPartition, list[Record]]:
+        """Take up to ``max_records`` buffered records, rotating fairly over ``states``."""
+        result: dict[TopicPartition, list[Record]] = {}
+        budget = max_records if max_records is not None else -1
+        count = len(states)
+        if not count:
+            return result
+        start = self._rotation % count
+        self._rotation += 1
+        for i in range(count):
+            state = states[(start + i) % count]
+            if state.paused or not state.chunks:
+                continue
+            taken = self._drain_partition(state, budget)
+            if taken:
+                result[state.tp] = taken
+                if budget > 0:
+                    budget -= len(taken)
+                    if budget == 0:
+                        break
+        return result
+
+    def _drain_partition(self, state: PartitionState, budget: int) -> list[Record]:
+        out: list[Record] = []
+        chunks = state.chunks
+        while chunks and budget != 0:
+            chunk = chunks[0]
+            records = chunk.records
+            if records is None:
+                records = chunk.records = self._decode(state, chunk)
+            start = chunk.index
+            left = len(records) - start
+            if budget < 0 or left <= budget:
+                taken = records if start == 0 else records[start:]
+                chunks.popleft()
+                state.buffered_bytes -= len(chunk.data)
+                state.position = chunk.next_offset
+                self._wake()
+            else:
+                taken = records[start : start + budget]
+                chunk.index = start + budget
+                state.position = taken[-1].offset + 1
+            if out:
+                out.extend(taken)
+            else:
+                out = taken
+            if budget > 0:
+                budget -= len(taken)
+        return out
+
+    def _decode(self, state: PartitionState, chunk: _Chunk) -> list[Record]:
+        tp = state.tp
+        try:
+            if chunk.aborted:
+                records = _decode_committed(chunk, tp, self._config.check_crcs)
+            else:
+                records = _decode_all(chunk, tp, self._config.check_crcs)
+        except CorruptRecordError:
+            # Do not skip past a corrupt batch silently: the app sees the error and may seek.
+            state.seek(state.position)
+            raise
+        key_des = self._config.key_deserializer
+        value_des = self._config.value_deserializer
+        if key_des is not None or value_des is not None:
+            for record in records:
+                if key_des is not None:
+                    record.key = key_des(record.key)
+                if value_des is not None:
+                    record.value = value_des(record.value)
+        return records
+
+    async def wait_for_data(self, timeout: float | None) -> None:
+        """Wait until a fetch buffered data (or an error), up to ``timeout`` seconds."""
+        try:
+            await asyncio.wait_for(self._data_ready.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    def clear_data_ready(self) -> None:
+        self._data_ready.clear()
+
+    # -- the fetch loop ----------------------------------------------------
+
+    def _wake(self) -> None:
+        self._wakeup.set()
+
+    async def _run(self) -> None:
+        while not self._closed:
+            self._wakeup.clear()
+            retry_in: float | None = None
+            try:
+                retry_in = await self._step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("fetcher step failed")
+                retry_in = self._config.retry_backoff
+            if retry_in is None:
+                await self._wakeup.wait()
+            else:
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), retry_in)
+                except TimeoutError:
+                    pass
+
+    async def _step(self) -> float | None:
+        """Start resets and fetches; return seconds until a retry is due (None: wait for a wakeup)."""
+        cluster = self._cluster
+        retry_in: float | None = None
+        topics = {tp.topic for tp in self._states}
+        missing = topics - cluster.wanted_topics or {t for t in topics if t not in cluster.metadata.topics}
+        if (missing or cluster.metadata_stale) and topics:
+            if time.monotonic() >= self._next_refresh:
+                self._next_refresh = time.monotonic() + self._config.retry_backoff
+                try:
+                    await cluster.refresh_metadata(topics)
+                except KafkaError as exc:
+                    log.warning("metadata refresh failed: %s", exc)
+            retry_in = self._config.retry_backoff
+        self._start_resets()
+        by_node: dict[int, list[PartitionState]] = {}
+        for state in self._states.values():
+            if (
+                state.paused
+                or state.in_flight
+                or state.fetch_offset is None
+                or state.error is not None
+                or state.buffered_bytes >= self._config.prefetch_bytes
+            ):
+                continue
+            leader = cluster.metadata.leader_for(state.tp)
+            if leader is None:
+                cluster.request_metadata_update()
+                retry_in = self._config.retry_backoff
+                continue
+            if leader not in self._in_flight:
+                by_node.setdefault(leader, []).append(state)
+        for node, states in by_node.items():
+            for state in states:
+                state.in_flight = True
+            self._in_flight[node] = asyncio.create_task(
+                self._fetch(node, states), name=f"kafkakit-fetch-{node}"
+            )
+        return retry_in
+
+    def _start_resets(self) -> None:
+        if self._reset_task is not None and not self._reset_task.done():
+            return
+        need = [s for s in self._states.values() if s.position is None and s.error is None]
+        if need:
+            self._reset_task = asyncio.create_task(self._reset_positions(need), name="kafkakit-reset-offsets")
+            self._reset_task.add_done_callback(lambda _t: self._wake())
+
+    async def _fetch(self, node: int, states: list[PartitionState]) -> None:
+        backoff = False
+        try:
+            backoff = await self._fetch_once(node, states)
+        except asyncio.CancelledError:
+            raise
+        except KafkaError as exc:
+            log.debug("fetch from broker %s failed: %s", node, exc)
+            self._cluster.request_metadata_update()
+            backoff = True
+        except Exception:
+            log.exception("fetch from broker %s failed", node)
+            backoff = True
+        finally:
+            for state in states:
+                state.in_flight = False
+        if backoff:
+            await asyncio.sleep(self._config.retry_backoff)
+        del self._in_flight[node]
+        self._wake()
+
+    async def _fetch_once(self, node: int, states: list[PartitionState]) -> bool:
+        """One Fetch round trip; True when the caller should back off before the next."""
+        config = self._config
+        conn = await self._cluster.connection(node)
+        sent = {s.tp: (s.epoch, s.fetch_offset) for s in states}
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for s in states:
+            topics.setdefault(s.tp.topic, []).append(
+                {
+                    "partition": s.tp.partition,
+                    "current_leader_epoch": -1,
+                    "fetch_offset": s.fetch_offset,
+                    "last_fetched_epoch": -1,
+                    "log_start_offset": -1,
+                    "partition_max_bytes": s.max_bytes,
+                }
+            )
+        request = conn.request(
+            ApiKey.FETCH,
+            cluster_id=None,
+            replica_id=-1,
+            max_wait=config.max_wait_ms,
+            min_bytes=config.min_bytes,
+            max_bytes=config.max_bytes,
+            isolation_level=config.isolation_level,
+            session_id=0,
+            session_epoch=-1,
+            topics=[{"topic": name, "partitions": parts} for name, parts in topics.items()],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
+        response = await conn.send(request, timeout=config.request_timeout + config.max_wait_ms / 1000)
+        if response.error_code:
+            log.warning("fetch from broker %s failed with error %s", node, int(response.error_code))
+            return True
+        backoff = False
+        for topic in response.responses:
+            for p in topic.partitions:
+                tp = TopicPartition(topic.topic, int(p.partition_index))
+                state = self._states.get(tp)
+                if state is None or tp not in sent or state.epoch != sent[tp][0]:
+                    continue  # unassigned or seeked while the request was out
+                backoff |= self._handle_partition(state, sent[tp][1], p)
+        return backoff
+
+    def _handle_partition(self, state: PartitionState, fetch_offset: int | None, p: Any) -> bool:
+        """Store one partition's part of a Fetch response; True when it failed retriably."""
+        code = int(p.error_code)
+        if code:
+            return self._handle_partition_error(state, code)
+        state.highwater = int(p.high_watermark)
+        lso = int(p.last_stable_offset)
+        state.last_stable_offset = lso if lso >= 0 else None
+        state.log_start_offset = int(p.log_start_offset)
+        data = p.records
+        if not data or fetch_offset is None:
+            return False
+        next_offset = -1
+        try:
+            for _pos, header in iter_batch_headers(data):
+                next_offset = header.base_offset + header.last_offset_delta + 1
+        except CorruptRecordError as exc:
+            state.error = exc
+            self._data_ready.set()
+            return False
+        if next_offset < 0:
+            self._grow_fetch_size(state, len(data))
+            return False
+        state.max_bytes = self._config.partition_max_bytes
+        if next_offset <= fetch_offset:
+            return False  # nothing at or past the fetch offset (should not happen)
+        aborted = None
+        if self._config.isolation_level == READ_COMMITTED and p.aborted_transactions:
+            aborted = sorted((int(a.producer_id), int(a.first_offset)) for a in p.aborted_transactions)
+        state.chunks.append(_Chunk(data, fetch_offset, next_offset, aborted))
+        state.buffered_bytes += len(data)
+        state.fetch_offset = next_offset
+        self._data_ready.set()
+        return False
+
+    def _grow_fetch_size(self, state: PartitionState, received: int) -> None:
+        """Only a partial batch came back: ask for more next time, within fetch_max_bytes."""
+        limit = self._config.max_bytes
+        if state.max_bytes >= limit:
+            state.error = RecordTooLargeError(
+                f"a record batch of {state.tp.topic}-{state.tp.partition} at offset {state.fetch_offset} "
+                f"is larger than fetch_max_bytes={limit}"
+            )
+            self._data_ready.set()
+            return
+        state.max_bytes = min(max(state.max_bytes, received) * 2, limit)
+
+    def _handle_partition_error(self, state: PartitionState, code: int) -> bool:
+        tp = f"{state.tp.topic}-{state.tp.partition}"
+        if code == _OFFSET_OUT_OF_RANGE:
+            if self._config.auto_offset_reset == "none":
+                state.error = OffsetOutOfRangeError(
+                    f"fetch offset {state.fetch_offset} is out of range for {tp}"
+                )
+                self._data_ready.set()
+            else:
+                log.info(
+                    "fetch offset %s out of range for %s; resetting to %s",
+                    state.fetch_offset,
+                    tp,
+                    self._config.auto_offset_reset,
+                )
+                state.seek(None)
+            return False
+        if code in _REFRESH_ERRORS or Cluster.is_refresh_error(code):
+            self._cluster.request_metadata_update()
+            return True
+        error = for_code(code)
+        if error.retriable:
+            return True
+        state.error = error(f"fetching {tp}")
+        self._data_ready.set()
+        return False
+
+
+def _decode_all(chunk: _Chunk, tp: TopicPartition, check_crc: bool) -> list[Record]:
+    """Every data record of the chunk at or after its fetch offset."""
+    data = chunk.data
+    topic, partition, min_offset = tp.topic, tp.partition, chunk.fetch_offset
+    out: list[Record] = []
+    for pos, header in iter_batch_headers(data):
+        if header.attributes & 0x20 or header.base_offset + header.last_offset_delta < min_offset:
+            continue  # control batch, or wholly before the position
+        if check_crc and not verify_crc(data, pos, header):
+            raise CorruptRecordError(
+                f"CRC mismatch in the batch at offset {header.base_offset} of {topic}-{partition}"
+            )
+        records = decode_batch(data, pos, header, topic, partition, min_offset=min_offset)
+        if out:
+            out.extend(records)
+        else:
+            out = records
+    return out
+
+
+def _decode_committed(chunk: _Chunk, tp: TopicPartition, check_crc: bool) -> list[Record]:
+    """Like :func:`_decode_all`, but drops batches of aborted transactions (read_committed).
+
+    Follows the Java consumer: aborted transactions are taken in first-offset
+    order; a producer joins the aborted set when its transaction's first offset
+    is reached, and leaves it at that transaction's ABORT marker.
+    """
+    data = chunk.data
+    topic, partition, min_offset = tp.topic, tp.partition, chunk.fetch_offset
+    pending = deque(chunk.aborted or ())
+    aborted_producers: set[int] = set()
+    out: list[Record] = []
+    for pos, header in iter_batch_headers(data):
+        last_offset = header.base_offset + header.last_offset_delta
+        while pending and pending[0][1] <= last_offset:
+            aborted_producers.add(pending.popleft()[0])
+        if check_crc and not verify_crc(data, pos, header):
+            raise CorruptRecordError(
+                f"CRC mismatch in the batch at offset {header.base_offset} of {topic}-{partition}"
+            )
+        if header.is_control:
+            if header.producer_id in aborted_producers and read_control_type(data, pos, header) == 0:
+                aborted_producers.discard(header.producer_id)
+            continue
+        if last_offset < min_offset:
+            continue
+        if header.is_transactional and header.producer_id in aborted_producers:
+            continue
+        out.extend(decode_batch(data, pos, header, topic, partition, min_offset=min_offset))
+    return out

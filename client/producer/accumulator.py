@@ -1,0 +1,394 @@
+"""Per-partition record batches: linger, batch size, buffer memory, readiness.
+
+The producer appends records to the open batch of their partition; the sender
+drains batches that are *ready* (full, lingered long enough, or wanted now by
+a flush or a sender waiting for buffer memory) and puts failed ones back for a
+retry.  Records are kept as tuples and encoded only when their batch is
+drained, so ``send()`` does no encoding work at all.
+
+Results travel without a future per record: every batch has one
+``asyncio.Future`` resolved with ``(base_offset, log_append_time,
+log_start_offset)``, and :class:`RecordFuture` turns (batch, offset delta) into
+a :class:`~kafkakit.structs.RecordMetadata` only when someone asks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Generator, Sequence
+from typing import Any
+
+from kafkakit.errors import KafkaError, KafkaTimeoutError
+from kafkakit.records.compression import Compression
+from kafkakit.records.encoder import encode_batch
+from kafkakit.structs import RecordMetadata, TopicPartition
+
+#: What a batch future resolves to: (base offset, log append time or -1, log start offset).
+BatchResult = tuple[int, int, int]
+#: One record as the accumulator keeps it (the shape ``encode_batch`` takes).
+Record = tuple[bytes | None, bytes | None, int, Sequence[tuple[str, bytes | None]]]
+
+#: Bytes a record adds to a batch besides key, value and headers (attributes,
+#: timestamp/offset deltas, lengths, header count); a close estimate, not a bound.
+RECORD_OVERHEAD = 14
+#: Fixed size of a record batch header (magic v2).
+BATCH_HEADER_SIZE = 61
+
+
+class ProducerBatch:
+    """Records bound for one partition, sent (and retried) together."""
+
+    __slots__ = (
+        "tp",
+        "records",
+        "encoded",
+        "record_count",
+        "size",
+        "created",
+        "future",
+        "seq",
+        "attempts",
+        "retry_at",
+        "last_error",
+        "timestamp",
+        "solo",
+    )
+
+    def __init__(
+        self, tp: TopicPartition, seq: int, created: float, future: asyncio.Future[BatchResult]
+    ) -> None:
+        self.tp = tp
+        self.records: list[Record] = []
+        self.encoded: bytes | None = None
+        self.record_count = 0  # set when the batch leaves its queue (the hot path only appends)
+        self.size = BATCH_HEADER_SIZE
+        self.created = created
+        self.future = future
+        self.seq = seq
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.last_error: BaseException | None = None
+        self.timestamp = -1  # the one timestamp of a pre-encoded bulk batch
+        self.solo = False  # never coalesce with neighbours (the broker found a coalesced batch too large)
+
+    def __repr__(self) -> str:
+        return f"<ProducerBatch {self.tp.topic}-{self.tp.partition} #{self.seq} records={self.record_count} size={self.size}>"
+
+    def encode(self, compression: int) -> bytes:
+        """The wire bytes of this batch, built once and kept for retries."""
+        data = self.encoded
+        if data is None:
+            data = self.encoded = encode_batch(self.records, compression=compression)
+        return data
+
+
+class RecordFuture:
+    """The awaitable result of one ``send()``: ``await`` it for the RecordMetadata.
+
+    Cheaper than an ``asyncio.Future`` per record: it holds the batch and the
+    record's offset delta and builds the metadata on demand.  Supports the
+    usual future calls (``done``, ``result``, ``exception``, ``add_done_callback``).
+    """
+
+    __slots__ = ("_batch", "_delta", "_timestamp")
+
+    def __init__(self, batch: ProducerBatch, delta: int, timestamp: int) -> None:
+        self._batch = batch
+        self._delta = delta
+        self._timestamp = timestamp
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        result = yield from self._batch.future.__await__()
+        return self._metadata(result)
+
+    def _metadata(self, result: BatchResult) -> RecordMetadata:
+        base_offset, log_append_time, log_start_offset = result
+        tp = self._batch.tp
+        offset = base_offset + self._delta if base_offset >= 0 else -1
+        if log_append_time >= 0:
+            return RecordMetadata(tp.topic, tp.partition, offset, log_append_time, 1, log_start_offset)
+        return RecordMetadata(tp.topic, tp.partition, offset, self._timestamp, 0, log_start_offset)
+
+    def done(self) -> bool:
+        return self._batch.future.done()
+
+    def cancelled(self) -> bool:
+        return False
+
+    def result(self) -> RecordMetadata:
+        """The metadata; raises the delivery error, or InvalidStateError while pending."""
+        return self._metadata(self._batch.future.result())
+
+    def exception(self) -> BaseException | None:
+        return self._batch.future.exception()
+
+    def add_done_callback(self, callback: Callable[[RecordFuture], object]) -> None:
+        self._batch.future.add_done_callback(lambda _f: callback(self))
+
+    def __repr__(self) -> str:
+        state = "pending" if not self.done() else ("failed" if self.exception() else "done")
+        return f"<RecordFuture {self._batch.tp.topic}-{self._batch.tp.partition} delta={self._delta} {state}>"
+
+
+class PartitionQueue:
+    """The batches of one partition waiting to be sent, oldest first."""
+
+    __slots__ = ("tp", "batches", "open", "next_seq", "in_flight")
+
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        self.batches: deque[ProducerBatch] = deque()
+        self.open: ProducerBatch | None = None  # the last batch while it still takes records
+        self.next_seq = 0
+        self.in_flight = 0
+
+
+class Accumulator:
+    """Batches per partition plus the buffer-memory budget they draw from."""
+
+    def __init__(
+        self,
+        *,
+        max_batch_size: int,
+        linger_ms: int,
+        buffer_memory: int,
+        compression: int = Compression.NONE,
+        wake_sender: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.max_batch_size = max_batch_size
+        self.linger = linger_ms / 1000
+        self.buffer_memory = buffer_memory
+        self.compression = compression
+        self.wake_sender = wake_sender
+        #: topic -> partition number -> queue; the producer's hot path indexes it directly.
+        self.queues: dict[str, dict[int, PartitionQueue]] = {}
+        self.buffered = 0
+        self.flushing = 0
+        self.closed = False
+        self.room_waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self._incomplete: set[ProducerBatch] = set()
+
+    # -- adding records --------------------------------------------------------
+
+    def queue(self, topic: str, partition: int) -> PartitionQueue:
+        """The queue of ``topic``/``partition``, created on first use."""
+        by_partition = self.queues.get(topic)
+        if by_partition is None:
+            by_partition = self.queues[topic] = {}
+        pq = by_partition.get(partition)
+        if pq is None:
+            pq = by_partition[partition] = PartitionQueue(TopicPartition(topic, partition))
+        return pq
+
+    def new_batch(self, pq: PartitionQueue) -> ProducerBatch:
+        """Close ``pq``'s open batch (if any) and open a fresh one."""
+        batch = ProducerBatch(
+            pq.tp, pq.next_seq, time.monotonic(), asyncio.get_running_loop().create_future()
+        )
+        pq.next_seq += 1
+        pq.batches.append(batch)
+        self._incomplete.add(batch)
+        previous = pq.open
+        pq.open = batch
+        if previous is not None or self.linger <= 0:
+            self.wake_sender()  # a batch became ready: the previous one is full, or there is no linger
+        return batch
+
+    def append(
+        self,
+        pq: PartitionQueue,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Any,
+        size: int,
+    ) -> RecordFuture:
+        """Append one record (its buffer memory already reserved) to ``pq``'s open batch.
+
+        ``Producer.send`` inlines this for speed; keep the two in step.  An open
+        batch always holds a record, so an oversized record opens a batch of its own.
+        """
+        batch = pq.open
+        if batch is None or batch.size + size > self.max_batch_size:
+            batch = self.new_batch(pq)
+        records = batch.records
+        records.append((key, value, timestamp, headers))
+        batch.size += size
+        return RecordFuture(batch, len(records) - 1, timestamp)
+
+    def append_encoded(
+        self, pq: PartitionQueue, data: bytes, record_count: int, timestamp: int, size: int
+    ) -> ProducerBatch:
+        """Queue an already-encoded batch (the bulk path) behind ``pq``'s current batches."""
+        pq.open = None  # records sent later must not jump ahead of this batch
+        batch = ProducerBatch(
+            pq.tp, pq.next_seq, time.monotonic(), asyncio.get_running_loop().create_future()
+        )
+        pq.next_seq += 1
+        batch.encoded = data
+        batch.record_count = record_count
+        batch.size = size
+        batch.timestamp = timestamp
+        pq.batches.append(batch)
+        self._incomplete.add(batch)
+        self.wake_sender()
+        return batch
+
+    # -- buffer memory ---------------------------------------------------------
+
+    def has_room(self, size: int) -> bool:
+        return self.buffered + size <= self.buffer_memory and not self.room_waiters
+
+    async def reserve(self, size: int) -> None:
+        """Wait until ``size`` bytes of buffer memory are free, then take them (FIFO among waiters)."""
+        if self.buffered + size <= self.buffer_memory and not self.room_waiters:
+            self.buffered += size
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (size, waiter)
+        self.room_waiters.append(entry)
+        self.wake_sender()  # batches are sent at once while someone waits for memory
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self.release(size)  # granted just as we were cancelled: give it back
+            else:
+                try:
+                    self.room_waiters.remove(entry)
+                except ValueError:
+                    pass
+            raise
+
+    def release(self, size: int) -> None:
+        """Return ``size`` bytes to the buffer and grant waiting reservations in order."""
+        self.buffered -= size
+        waiters = self.room_waiters
+        while waiters:
+            need, waiter = waiters[0]
+            if waiter.done():
+                waiters.popleft()
+                continue
+            if self.buffered + need > self.buffer_memory and self.buffered > 0:
+                break  # (an empty buffer always admits one reservation, whatever its size)
+            waiters.popleft()
+            self.buffered += need
+            waiter.set_result(None)
+
+    @property
+    def memory_wanted(self) -> bool:
+        """Whether a send is blocked on buffer memory (then every batch counts as ready)."""
+        return bool(self.room_waiters)
+
+    def fail_waiters(self, error: BaseException) -> None:
+        while self.room_waiters:
+            _, waiter = self.room_waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(error)
+
+    # -- draining --------------------------------------------------------------
+
+    def is_ready(self, pq: PartitionQueue, now: float) -> bool:
+        """Whether ``pq``'s head batch may be sent now."""
+        head = pq.batches[0]
+        if head.retry_at > now:
+            return False
+        if head is not pq.open or self.flushing or self.closed or self.room_waiters:
+            return True
+        return now - head.created >= self.linger or head.size >= self.max_batch_size
+
+    def next_linger_deadline(self, pq: PartitionQueue) -> float:
+        """When ``pq``'s head batch becomes ready without help (monotonic seconds)."""
+        head = pq.batches[0]
+        if head.retry_at:
+            return head.retry_at
+        return head.created + self.linger
+
+    def take(self, pq: PartitionQueue) -> ProducerBatch:
+        """Remove ``pq``'s head batch for sending."""
+        batch = pq.batches.popleft()
+        if batch is pq.open:
+            pq.open = None
+        if batch.encoded is None:
+            batch.record_count = len(batch.records)
+        pq.in_flight += 1
+        return batch
+
+    def requeue(self, pq: PartitionQueue, batch: ProducerBatch) -> None:
+        """Put a batch back for a retry, ahead of every younger batch of its partition."""
+        pq.in_flight -= 1
+        batches = pq.batches
+        index = 0
+        for index, queued in enumerate(batches):  # noqa: B007 - index is used after the loop
+            if queued.seq > batch.seq:
+                break
+        else:
+            index = len(batches)
+        batches.insert(index, batch)
+
+    # -- completion ------------------------------------------------------------
+
+    def complete(self, pq: PartitionQueue | None, batch: ProducerBatch, result: BatchResult) -> None:
+        """Resolve a sent batch's records and free its memory."""
+        if pq is not None:
+            pq.in_flight -= 1
+        self._finish(batch)
+        if not batch.future.done():
+            batch.future.set_result(result)
+
+    def fail(self, pq: PartitionQueue | None, batch: ProducerBatch, error: BaseException) -> None:
+        """Fail every record of ``batch`` with ``error`` and free its memory."""
+        if pq is not None:
+            pq.in_flight -= 1
+        self._finish(batch)
+        future = batch.future
+        if not future.done():
+            future.set_exception(error)
+            future.exception()  # the application may not await every record; we log instead
+
+    def _finish(self, batch: ProducerBatch) -> None:
+        if batch in self._incomplete:
+            self._incomplete.discard(batch)
+            batch.records = []
+            batch.encoded = None
+            self.release(batch.size)
+
+    def expire(self, pq: PartitionQueue, now: float, delivery_timeout: float) -> None:
+        """Fail queued batches of ``pq`` older than the delivery timeout."""
+        batches = pq.batches
+        while batches and now - batches[0].created >= delivery_timeout:
+            batch = batches.popleft()
+            if batch is pq.open:
+                pq.open = None
+            if batch.encoded is None:
+                batch.record_count = len(batch.records)
+            reason = f" (last error: {batch.last_error})" if batch.last_error is not None else ""
+            self.fail(
+                None,
+                batch,
+                KafkaTimeoutError(
+                    f"expiring {batch.record_count} record(s) for {batch.tp.topic}-{batch.tp.partition}: "
+                    f"{(now - batch.created) * 1000:.0f} ms passed since the batch was created{reason}"
+                ),
+            )
+
+    def pending_futures(self) -> list[asyncio.Future[BatchResult]]:
+        """Futures of every batch not yet completed (queued or in flight)."""
+        return [b.future for b in self._incomplete]
+
+    @property
+    def has_incomplete(self) -> bool:
+        return bool(self._incomplete)
+
+    def abort_all(self, error: KafkaError) -> None:
+        """Fail every batch still queued (used when the producer is closed without flushing)."""
+        for by_partition in self.queues.values():
+            for pq in by_partition.values():
+                while pq.batches:
+                    self.fail(None, pq.batches.popleft(), error)
+                pq.open = None
+        for batch in list(self._incomplete):
+            self.fail(None, batch, error)
+        self.fail_waiters(error)

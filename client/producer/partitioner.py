@@ -1,0 +1,95 @@
+"""Partition choice: Java-compatible murmur2 for keyed records, sticky for keyless ones.
+
+Keyed records must land where the Java client would put them, so that
+producers written in any language agree on which partition holds a key:
+``toPositive(murmur2(key)) % numPartitions`` over *all* partitions.
+Keyless records use KIP-480 sticky partitioning: they stick to one partition
+until its batch is full (or was sent), then switch, which fills batches faster
+than round-robin does.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from collections.abc import Callable, Sequence
+
+#: The user-supplied partitioner: ``(key_bytes, all_partitions, available_partitions) -> partition``.
+Partitioner = Callable[[bytes | None, Sequence[int], Sequence[int]], int]
+
+_M = 0x5BD1E995
+_SEED = 0x9747B28C
+_MASK = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 hash of ``data`` as a signed 32-bit int (``Utils.murmur2`` in Java)."""
+    length = len(data)
+    h = (_SEED ^ length) & _MASK
+    words = length >> 2
+    if words:
+        for k in struct.unpack_from(f"<{words}I", data):
+            k = (k * _M) & _MASK
+            k ^= k >> 24
+            k = (k * _M) & _MASK
+            h = ((h * _M) & _MASK) ^ k
+    tail = length & 3
+    if tail:
+        base = words << 2
+        if tail == 3:
+            h ^= data[base + 2] << 16
+        if tail >= 2:
+            h ^= data[base + 1] << 8
+        h ^= data[base]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for_key(key: bytes, num_partitions: int) -> int:
+    """The partition Java's default partitioner picks for ``key`` (``toPositive(murmur2) % n``)."""
+    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+def default_partitioner(key: bytes | None, all_partitions: Sequence[int], available: Sequence[int]) -> int:
+    """A stateless default in the user-partitioner shape: murmur2 for keys, random otherwise.
+
+    The producer itself does not call this for keyless records (it sticks, see
+    :class:`StickyPartitions`); it is here for callers who want the same
+    placement outside the producer.
+    """
+    if key is not None:
+        return all_partitions[partition_for_key(key, len(all_partitions))]
+    return random.choice(available or all_partitions)
+
+
+class StickyPartitions:
+    """The current sticky partition of each topic for keyless records (KIP-480)."""
+
+    __slots__ = ("_current",)
+
+    def __init__(self) -> None:
+        self._current: dict[str, int] = {}
+
+    def get(self, topic: str, all_partitions: Sequence[int], available: Sequence[int]) -> int:
+        """The topic's sticky partition, choosing one on first use."""
+        partition = self._current.get(topic)
+        if partition is None:
+            partition = self.next(topic, all_partitions, available)
+        return partition
+
+    def next(
+        self, topic: str, all_partitions: Sequence[int], available: Sequence[int], previous: int = -1
+    ) -> int:
+        """Switch ``topic`` to a new sticky partition, different from ``previous`` when possible."""
+        choices = available or all_partitions
+        if len(choices) == 1:
+            partition = choices[0]
+        else:
+            partition = random.choice(choices)
+            while partition == previous:
+                partition = random.choice(choices)
+        self._current[topic] = partition
+        return partition

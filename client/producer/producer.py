@@ -1,0 +1,765 @@
+"""The public Producer: settings, ``send`` and the bulk ``send_batch`` path.
+
+``send()`` follows aiokafka: awaiting it enqueues the record (waiting only for
+metadata of a new topic or for buffer memory) and returns an awaitable that
+resolves to the record's :class:`~kafkakit.structs.RecordMetadata`::
+
+    async with Producer(bootstrap_servers="localhost:9092") as producer:
+        pending = await producer.send("events", b"payload", key=b"user-1")
+        metadata = await pending               # or: await producer.send_and_wait(...)
+        result = await (await producer.send_batch("events", [b"a", b"b", b"c"]))
+        print(result.ranges)                   # [(TopicPartition('events', 0), 42, 3)]
+
+The per-record path does a couple of dict lookups and one list append; the
+encoding happens in the sender when the batch leaves.  ``send_batch`` encodes
+whole batches at once (with the records codec's bulk encoder) and is the
+fastest way to produce many records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import time
+from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
+from itertools import accumulate, repeat
+from operator import add
+from types import TracebackType
+from typing import Any, Self, overload
+
+from kafkakit.cluster import Cluster, parse_bootstrap
+from kafkakit.errors import (
+    IllegalStateError,
+    KafkaConfigError,
+    NotYetSupportedError,
+    ProducerClosed,
+    RecordTooLargeError,
+    UnknownTopicOrPartitionError,
+)
+from kafkakit.producer.accumulator import (
+    BATCH_HEADER_SIZE,
+    RECORD_OVERHEAD,
+    Accumulator,
+    BatchResult,
+    PartitionQueue,
+    ProducerBatch,
+    RecordFuture,
+)
+from kafkakit.producer.partitioner import Partitioner, StickyPartitions, murmur2
+from kafkakit.producer.sender import Sender
+from kafkakit.records.compression import Compression
+from kafkakit.records.encoder import encode_batch, encode_values
+from kafkakit.structs import Header, RecordMetadata, TopicPartition
+
+__all__ = ["Producer", "RecordFuture", "SendBatchFuture", "SendBatchResult"]
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+_BYTES_OR_NONE = {bytes, type(None)}
+#: Upper bound of a bulk record's overhead: length(3) attributes(1) timestampDelta(1)
+#: offsetDelta(4) keyLength(3) valueLength(3) headerCount(1) plus slack.
+_BULK_RECORD_OVERHEAD = 18
+#: Room left in a bulk batch for the Produce request around it.
+_REQUEST_OVERHEAD = 512
+
+
+class _TopicState:
+    """What the hot path needs about one topic, rebuilt after every metadata refresh."""
+
+    __slots__ = ("all_partitions", "available", "queues", "sticky")
+
+    def __init__(
+        self, all_partitions: list[int], available: list[int], queues: dict[int, PartitionQueue]
+    ) -> None:
+        self.all_partitions = all_partitions
+        self.available = available
+        self.queues = queues
+        self.sticky = -1
+
+
+class Producer:
+    """An asyncio Kafka producer (``acks``, batching, compression, retries, bulk sends).
+
+    Settings follow aiokafka's ``AIOKafkaProducer``; each is validated and a bad
+    value raises :class:`~kafkakit.errors.KafkaConfigError` naming it.
+
+    ``linger_ms`` defaults to 0 as in aiokafka: in asyncio, records sent in the
+    same event-loop turn already share a batch, because the sender runs only when
+    the application yields; a linger only helps when records trickle in.
+
+    ``max_in_flight_requests_per_connection`` above 1 pipelines Produce requests;
+    a retry may then reorder a partition's records, as in Kafka without
+    idempotence.  Use 1 for strict per-partition order across retries.
+    """
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str | Sequence[str] = "localhost:9092",
+        client_id: str = "kafkakit",
+        acks: int | str = 1,
+        linger_ms: int = 0,
+        max_batch_size: int = 16384,
+        max_request_size: int = 1048576,
+        buffer_memory: int = 33554432,
+        compression_type: str | None = None,
+        request_timeout_ms: int = 30000,
+        delivery_timeout_ms: int = 120000,
+        retry_backoff_ms: int = 100,
+        metadata_max_age_ms: int = 300000,
+        key_serializer: Callable[[Any], bytes | None] | None = None,
+        value_serializer: Callable[[Any], bytes | None] | None = None,
+        partitioner: Partitioner | None = None,
+        enable_idempotence: bool = False,
+        transactional_id: str | None = None,
+        max_in_flight_requests_per_connection: int = 5,
+    ) -> None:
+        parse_bootstrap(bootstrap_servers)  # raises KafkaConfigError("bootstrap_servers", ...)
+        if not isinstance(client_id, str) or not client_id:
+            raise KafkaConfigError("client_id", f"must be a non-empty string, not {client_id!r}")
+        self._acks = _check_acks(acks)
+        _check_int("linger_ms", linger_ms, 0)
+        _check_int("max_batch_size", max_batch_size, 1)
+        _check_int("max_request_size", max_request_size, 1)
+        _check_int("buffer_memory", buffer_memory, 1)
+        _check_int("request_timeout_ms", request_timeout_ms, 1)
+        _check_int("delivery_timeout_ms", delivery_timeout_ms, 1)
+        _check_int("retry_backoff_ms", retry_backoff_ms, 0)
+        _check_int("metadata_max_age_ms", metadata_max_age_ms, 0)
+        _check_int("max_in_flight_requests_per_connection", max_in_flight_requests_per_connection, 1)
+        if delivery_timeout_ms < linger_ms + request_timeout_ms:
+            raise KafkaConfigError(
+                "delivery_timeout_ms",
+                f"must be at least linger_ms + request_timeout_ms ({linger_ms + request_timeout_ms}), got {delivery_timeout_ms}",
+            )
+        self._compression = Compression.from_name(
+            compression_type
+        )  # KafkaConfigError("compression_type", ...)
+        for name, fn in (
+            ("key_serializer", key_serializer),
+            ("value_serializer", value_serializer),
+            ("partitioner", partitioner),
+        ):
+            if fn is not None and not callable(fn):
+                raise KafkaConfigError(name, f"must be callable, not {type(fn).__name__}")
+        if not isinstance(enable_idempotence, bool):
+            raise KafkaConfigError("enable_idempotence", f"must be a bool, not {enable_idempotence!r}")
+        if enable_idempotence:
+            raise NotYetSupportedError(
+                "enable_idempotence=True is not supported yet (planned with transactions)"
+            )
+        if transactional_id is not None:
+            if not isinstance(transactional_id, str) or not transactional_id:
+                raise KafkaConfigError(
+                    "transactional_id", f"must be a non-empty string or None, not {transactional_id!r}"
+                )
+            raise NotYetSupportedError(
+                "transactional_id is not supported yet: transactions are planned for a later release"
+            )
+
+        self.client_id = client_id
+        self._max_batch_size = max_batch_size
+        self._max_request_size = max_request_size
+        self._buffer_memory = buffer_memory
+        self._request_timeout_ms = request_timeout_ms
+        self._key_serializer = key_serializer
+        self._value_serializer = value_serializer
+        self._partitioner = partitioner
+        self._cluster = Cluster(
+            bootstrap_servers,
+            client_id=client_id,
+            request_timeout_ms=request_timeout_ms,
+            metadata_max_age_ms=metadata_max_age_ms,
+            retry_backoff_ms=retry_backoff_ms,
+        )
+        self._acc = Accumulator(
+            max_batch_size=max_batch_size,
+            linger_ms=linger_ms,
+            buffer_memory=buffer_memory,
+            compression=self._compression,
+            wake_sender=self._wake_sender,
+        )
+        self._sender = Sender(
+            self._cluster,
+            self._acc,
+            acks=self._acks,
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+            delivery_timeout_ms=delivery_timeout_ms,
+            max_in_flight=max_in_flight_requests_per_connection,
+            max_request_size=max_request_size,
+            on_metadata_update=self._forget_topics,
+        )
+        self._topics: dict[str, _TopicState] = {}
+        self._sticky = StickyPartitions()
+        # The largest record send() accepts (its estimated size in a batch).
+        self._max_record_size = min(max_request_size, buffer_memory) - BATCH_HEADER_SIZE
+        self._accepting = False
+        self._started = False
+        self._closed = False
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect to the cluster and start the sender."""
+        if self._closed:
+            raise ProducerClosed("the producer was stopped; create a new one")
+        if self._started:
+            return
+        await self._cluster.start()
+        self._sender.start()
+        self._started = True
+        self._accepting = True
+
+    async def stop(self) -> None:
+        """Stop accepting records, deliver everything already sent, then close connections."""
+        if self._closed:
+            return
+        self._closed = True
+        self._accepting = False
+        if self._started:
+            try:
+                await self.flush()
+            finally:
+                self._acc.closed = True
+                await self._sender.stop()
+                self._acc.abort_all(
+                    ProducerClosed("the producer was stopped before these records were delivered")
+                )
+                await self._cluster.close()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    def _wake_sender(self) -> None:
+        self._sender.wake()
+
+    def _forget_topics(self) -> None:
+        # Partition counts or leaders may have changed: rebuild topic states lazily.
+        self._topics.clear()
+
+    # -- sending one record ------------------------------------------------------
+
+    async def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[Header] | None = None,
+    ) -> RecordFuture:
+        """Queue one record; returns an awaitable of its :class:`RecordMetadata`.
+
+        Waits only for a new topic's metadata or, when ``buffer_memory`` is used
+        up, for room.  Raises :class:`RecordTooLargeError` for a record larger than
+        ``max_request_size`` (or ``buffer_memory``), TypeError for a value or key
+        that is not bytes after serialisation.
+        """
+        if not self._accepting:
+            raise self._not_accepting()
+        if self._key_serializer is not None:
+            key = self._key_serializer(key)
+        if self._value_serializer is not None:
+            value = self._value_serializer(value)
+        if value is None:
+            size = RECORD_OVERHEAD
+        else:
+            if value.__class__ is not bytes:
+                value = _as_bytes(value, "value")
+            size = RECORD_OVERHEAD + len(value)
+        if key is not None:
+            if key.__class__ is not bytes:
+                key = _as_bytes(key, "key")
+            size += len(key)
+        if headers:
+            headers, header_size = _check_headers(headers)
+            size += header_size
+        else:
+            headers = ()
+        if size > self._max_record_size:
+            raise self._too_large(size)
+        state = self._topics.get(topic)
+        if state is None:
+            state = await self._topic_state(topic)
+        if partition is None:
+            if key is None and self._partitioner is None:
+                # KIP-480: stick to one partition until a record would open a new batch there.
+                pq = state.queues[state.sticky]
+                batch = pq.open
+                if batch is None or batch.size + size > self._max_batch_size:
+                    pq = self._switch_sticky(topic, state)
+            else:
+                pq = state.queues[self._choose_partition(state, key)]
+        else:
+            pq = state.queues.get(partition)  # type: ignore[assignment]
+            if pq is None:
+                pq = await self._explicit_partition(topic, partition)
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
+        acc = self._acc
+        if acc.buffered + size <= acc.buffer_memory and not acc.room_waiters:
+            acc.buffered += size
+        else:
+            await acc.reserve(size)
+        # Accumulator.append, inlined: this is the per-record hot path.
+        batch = pq.open
+        if batch is None or batch.size + size > self._max_batch_size:
+            batch = acc.new_batch(pq)
+        records = batch.records
+        records.append((key, value, timestamp_ms, headers))
+        batch.size += size
+        return RecordFuture(batch, len(records) - 1, timestamp_ms)
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[Header] | None = None,
+    ) -> RecordMetadata:
+        """Send one record and wait until it is acknowledged."""
+        pending = await self.send(topic, value, key, partition, timestamp_ms, headers)
+        return await pending
+
+    def _switch_sticky(self, topic: str, state: _TopicState) -> PartitionQueue:
+        """Move ``topic``'s keyless records to a new sticky partition (its batch there is full or gone)."""
+        if len(state.all_partitions) > 1:
+            state.sticky = self._sticky.next(topic, state.all_partitions, state.available, state.sticky)
+        return state.queues[state.sticky]
+
+    def _choose_partition(self, state: _TopicState, key: bytes | None) -> int:
+        if self._partitioner is not None:
+            partition = self._partitioner(key, state.all_partitions, state.available)
+            if partition not in state.queues:
+                raise KafkaConfigError(
+                    "partitioner", f"returned {partition!r}, not one of {state.all_partitions}"
+                )
+            return partition
+        assert key is not None
+        return state.all_partitions[(murmur2(key) & 0x7FFFFFFF) % len(state.all_partitions)]
+
+    async def _topic_state(self, topic: str) -> _TopicState:
+        """Partition lists of ``topic`` from the metadata cache (fetching them when unknown)."""
+        if not isinstance(topic, str) or not topic:
+            raise TypeError(f"topic must be a non-empty str, not {topic!r}")
+        cluster = self._cluster
+        meta = cluster.metadata.topics.get(topic)
+        if meta is None or meta.error_code or not meta.partitions or topic not in cluster.wanted_topics:
+            await cluster.partitions_for(topic)
+            meta = cluster.metadata.topics[topic]
+            if not self._accepting:
+                raise self._not_accepting()
+        all_partitions = sorted(meta.partitions)
+        available = [p for p in all_partitions if meta.partitions[p].leader >= 0]
+        queues = {p: self._acc.queue(topic, p) for p in all_partitions}
+        state = _TopicState(all_partitions, available, queues)
+        sticky = self._sticky.get(topic, all_partitions, available)
+        state.sticky = sticky if sticky in queues else self._sticky.next(topic, all_partitions, available)
+        self._topics[topic] = state
+        return state
+
+    async def _explicit_partition(self, topic: str, partition: int) -> PartitionQueue:
+        if not isinstance(partition, int) or isinstance(partition, bool):
+            raise TypeError(f"partition must be an int, not {partition!r}")
+        # The partition may have been added since the last refresh: look once more.
+        await self._cluster.refresh_metadata([topic])
+        self._topics.pop(topic, None)
+        state = await self._topic_state(topic)
+        pq = state.queues.get(partition)
+        if pq is None:
+            raise UnknownTopicOrPartitionError(
+                f"partition {partition} of topic {topic!r} does not exist (partitions: {state.all_partitions})"
+            )
+        return pq
+
+    def _not_accepting(self) -> Exception:
+        if self._closed:
+            return ProducerClosed("the producer is stopped")
+        return IllegalStateError("the producer is not started: call (and await) start() first")
+
+    def _too_large(self, size: int) -> RecordTooLargeError:
+        limit, setting = (
+            (self._max_request_size, "max_request_size")
+            if self._max_request_size <= self._buffer_memory
+            else (self._buffer_memory, "buffer_memory")
+        )
+        return RecordTooLargeError(
+            f"the record is {size} bytes when serialized, larger than {setting}={limit}"
+        )
+
+    # -- flushing ---------------------------------------------------------------
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Send every queued record now and wait until each is delivered or failed.
+
+        Delivery errors stay on the records' futures; ``flush`` itself raises only
+        :class:`asyncio.TimeoutError` when ``timeout`` (seconds) passes first.
+        """
+        acc = self._acc
+        acc.flushing += 1
+        self._sender.wake()
+        try:
+            futures = acc.pending_futures()
+            if futures:
+                done, pending = await asyncio.wait(futures, timeout=timeout)
+                if pending:
+                    raise TimeoutError(f"flush: {len(pending)} batch(es) still undelivered after {timeout}s")
+        finally:
+            acc.flushing -= 1
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        """The partition numbers of ``topic`` (waiting for an auto-created topic to appear)."""
+        return set(await self._cluster.partitions_for(topic))
+
+    # -- bulk path ------------------------------------------------------------------
+
+    async def send_batch(
+        self,
+        topic: str,
+        values: Sequence[Any],
+        keys: Sequence[Any] | None = None,
+        partition: int | None = None,
+        headers: Sequence[Sequence[Header] | None] | None = None,
+        timestamp_ms: int | None = None,
+    ) -> SendBatchFuture:
+        """Queue many records at once, encoded straight into record batches.
+
+        ``keys`` and ``headers``, when given, are parallel to ``values`` (one entry
+        per record; ``None`` entries allowed).  Every record gets ``timestamp_ms``
+        (default: now).  Records go to ``partition``, else by key like ``send()``,
+        else whole batches go to sticky partitions (one partition per batch).
+
+        Batches are cut at ``max_request_size`` (not ``max_batch_size``: the whole
+        point is big batches) and take buffer memory like ``send()``, so a huge
+        list waits for room.  Awaiting the returned future gives a
+        :class:`SendBatchResult`, a lazy sequence of RecordMetadata in the order of
+        ``values`` plus per-batch ``ranges``; if any batch fails, awaiting raises
+        that batch's error (the other batches are still delivered).
+
+        Records of one call keep their relative order within a partition and come
+        after records sent earlier to that partition.
+        """
+        if not self._accepting:
+            raise self._not_accepting()
+        count = len(values)
+        if keys is not None and len(keys) != count:
+            raise ValueError(f"send_batch: {len(keys)} keys for {count} values")
+        if headers is not None and len(headers) != count:
+            raise ValueError(f"send_batch: {len(headers)} header lists for {count} values")
+        if self._value_serializer is not None:
+            values = [self._value_serializer(v) for v in values]
+        if keys is not None and self._key_serializer is not None:
+            keys = [self._key_serializer(k) for k in keys]
+        values = _bytes_list(values, "value")
+        if keys is not None:
+            keys = _bytes_list(keys, "key")
+            if not any(k is not None for k in keys):
+                keys = None
+        header_lists: list[Sequence[Header]] | None = None
+        header_sizes: list[int] | None = None
+        if headers is not None and any(headers):
+            header_lists, header_sizes = [], []
+            for h in headers:
+                checked, hsize = _check_headers(h) if h else ((), 0)
+                header_lists.append(checked)
+                header_sizes.append(hsize)
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
+        result = SendBatchFuture(topic, count, timestamp_ms)
+        if not count:
+            return result
+        state = self._topics.get(topic)
+        if state is None:
+            state = await self._topic_state(topic)
+        sizes = self._record_sizes(values, keys, header_sizes)
+        largest = max(sizes)
+        if largest - _BULK_RECORD_OVERHEAD + RECORD_OVERHEAD > self._max_record_size:
+            raise self._too_large(largest)
+        for pq, positions in self._bulk_routes(topic, state, keys, partition, count):
+            await self._enqueue_chunks(
+                topic, state, pq, positions, values, keys, header_lists, sizes, timestamp_ms, result
+            )
+        return result
+
+    def _record_sizes(
+        self, values: list[bytes | None], keys: list[bytes | None] | None, header_sizes: list[int] | None
+    ) -> list[int]:
+        # map/accumulate keep these loops in C: send_batch is the million-record path.
+        sizes = list(map(add, _lengths(values), repeat(_BULK_RECORD_OVERHEAD, len(values))))
+        if keys is not None:
+            sizes = list(map(add, sizes, _lengths(keys)))
+        if header_sizes is not None:
+            sizes = list(map(add, sizes, header_sizes))
+        return sizes
+
+    def _bulk_routes(
+        self,
+        topic: str,
+        state: _TopicState,
+        keys: list[bytes | None] | None,
+        partition: int | None,
+        count: int,
+    ) -> Iterator[tuple[PartitionQueue | None, range | list[int]]]:
+        """(partition queue, record positions) pairs; a None queue means "one sticky partition per batch"."""
+        if partition is not None:
+            pq = state.queues.get(partition)
+            if pq is None:
+                raise UnknownTopicOrPartitionError(
+                    f"partition {partition} of topic {topic!r} does not exist (partitions: {state.all_partitions})"
+                )
+            yield pq, range(count)
+            return
+        if keys is None and self._partitioner is None:
+            yield None, range(count)
+            return
+        groups: dict[int, list[int]] = {}
+        for i, key in enumerate(keys if keys is not None else repeat(None, count)):
+            if key is None and self._partitioner is None:
+                p = (
+                    state.sticky
+                    if state.sticky >= 0
+                    else self._sticky.get(topic, state.all_partitions, state.available)
+                )
+            else:
+                p = self._choose_partition(state, key)
+            group = groups.get(p)
+            if group is None:
+                groups[p] = [i]
+            else:
+                group.append(i)
+        for p, positions in groups.items():
+            yield state.queues[p], positions
+
+    async def _enqueue_chunks(
+        self,
+        topic: str,
+        state: _TopicState,
+        pq: PartitionQueue | None,
+        positions: range | list[int],
+        values: list[bytes | None],
+        keys: list[bytes | None] | None,
+        header_lists: list[Sequence[Header]] | None,
+        sizes: list[int],
+        timestamp_ms: int,
+        result: SendBatchFuture,
+    ) -> None:
+        """Cut ``positions`` into batches of at most ``max_request_size`` bytes and queue them."""
+        limit = min(self._max_request_size, self._buffer_memory) - BATCH_HEADER_SIZE - _REQUEST_OVERHEAD
+        if isinstance(positions, range):
+            chunk_sizes = sizes
+            selected = None
+        else:
+            chunk_sizes = [sizes[i] for i in positions]
+            selected = positions
+        ends = list(accumulate(chunk_sizes))
+        start, total = 0, len(chunk_sizes)
+        while start < total:
+            base = ends[start - 1] if start else 0
+            stop = max(bisect.bisect_right(ends, base + limit, lo=start), start + 1)
+            index: range | list[int] = range(start, stop) if selected is None else selected[start:stop]
+            data = self._encode_bulk(index, values, keys, header_lists, timestamp_ms)
+            size = ends[stop - 1] - base + BATCH_HEADER_SIZE
+            await self._acc.reserve(min(size, self._buffer_memory))
+            target = pq if pq is not None else self._next_sticky_queue(topic, state)
+            batch = self._acc.append_encoded(target, data, len(index), timestamp_ms, size)
+            result.add(batch, index)
+            start = stop
+
+    def _next_sticky_queue(self, topic: str, state: _TopicState) -> PartitionQueue:
+        partition = self._sticky.next(topic, state.all_partitions, state.available, state.sticky)
+        state.sticky = partition
+        return state.queues[partition]
+
+    def _encode_bulk(
+        self,
+        index: range | list[int],
+        values: list[bytes | None],
+        keys: list[bytes | None] | None,
+        header_lists: list[Sequence[Header]] | None,
+        timestamp_ms: int,
+    ) -> bytes:
+        if isinstance(index, range) and index.step == 1:
+            chunk_values = values[index.start : index.stop]
+            chunk_keys = keys[index.start : index.stop] if keys is not None else None
+            chunk_headers = header_lists[index.start : index.stop] if header_lists is not None else None
+        else:
+            chunk_values = [values[i] for i in index]
+            chunk_keys = [keys[i] for i in index] if keys is not None else None
+            chunk_headers = [header_lists[i] for i in index] if header_lists is not None else None
+        if chunk_headers is None and None not in chunk_values:
+            return encode_values(chunk_values, chunk_keys, timestamp_ms, self._compression)  # type: ignore[arg-type]
+        return encode_batch(
+            [
+                (
+                    chunk_keys[j] if chunk_keys is not None else None,
+                    v,
+                    timestamp_ms,
+                    chunk_headers[j] if chunk_headers is not None else (),
+                )
+                for j, v in enumerate(chunk_values)
+            ],
+            compression=self._compression,
+        )
+
+
+class SendBatchResult(Sequence[RecordMetadata]):
+    """Where a ``send_batch`` call's records landed.
+
+    A lazy sequence: ``result[i]`` is the RecordMetadata of ``values[i]`` (built on
+    access), ``len(result)`` the record count, and ``ranges`` lists each batch as
+    ``(TopicPartition, base_offset, record_count)`` in the order they were queued.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        count: int,
+        timestamp_ms: int,
+        parts: list[tuple[ProducerBatch, range | list[int], BatchResult]],
+    ) -> None:
+        self.topic = topic
+        self._count = count
+        self._timestamp = timestamp_ms
+        self._parts = parts
+        self._where: tuple[list[int], list[int]] | None = None  # position -> (part, delta)
+        self._starts: list[int] | None = None
+
+    @property
+    def ranges(self) -> list[tuple[TopicPartition, int, int]]:
+        return [(batch.tp, result[0], len(index)) for batch, index, result in self._parts]
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, i: int) -> RecordMetadata: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[RecordMetadata]: ...
+    def __getitem__(self, i: int | slice) -> RecordMetadata | list[RecordMetadata]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._count))]
+        if i < 0:
+            i += self._count
+        if not 0 <= i < self._count:
+            raise IndexError("SendBatchResult index out of range")
+        part, delta = self._locate(i)
+        batch, _, (base_offset, log_append_time, log_start_offset) = self._parts[part]
+        offset = base_offset + delta if base_offset >= 0 else -1
+        if log_append_time >= 0:
+            return RecordMetadata(
+                batch.tp.topic, batch.tp.partition, offset, log_append_time, 1, log_start_offset
+            )
+        return RecordMetadata(
+            batch.tp.topic, batch.tp.partition, offset, self._timestamp, 0, log_start_offset
+        )
+
+    def _locate(self, i: int) -> tuple[int, int]:
+        if all(isinstance(index, range) for _, index, _ in self._parts):
+            if self._starts is None:
+                self._starts = [index.start for _, index, _ in self._parts]  # type: ignore[union-attr]
+            part = bisect.bisect_right(self._starts, i) - 1
+            return part, i - self._starts[part]
+        if self._where is None:
+            part_of, delta_of = [0] * self._count, [0] * self._count
+            for part, (_, index, _) in enumerate(self._parts):
+                for delta, position in enumerate(index):
+                    part_of[position] = part
+                    delta_of[position] = delta
+            self._where = (part_of, delta_of)
+        return self._where[0][i], self._where[1][i]
+
+    def __repr__(self) -> str:
+        return f"<SendBatchResult {self.topic} records={self._count} batches={len(self._parts)}>"
+
+
+class SendBatchFuture(Awaitable[SendBatchResult]):
+    """The awaitable ``send_batch`` returns; ``await`` it for a :class:`SendBatchResult`."""
+
+    def __init__(self, topic: str, count: int, timestamp_ms: int) -> None:
+        self.topic = topic
+        self.count = count
+        self.timestamp_ms = timestamp_ms
+        self._batches: list[tuple[ProducerBatch, range | list[int]]] = []
+
+    def add(self, batch: ProducerBatch, index: range | list[int]) -> None:
+        self._batches.append((batch, index))
+
+    def done(self) -> bool:
+        return all(batch.future.done() for batch, _ in self._batches)
+
+    def __await__(self) -> Generator[Any, None, SendBatchResult]:
+        futures = [batch.future for batch, _ in self._batches]
+        if futures:
+            yield from asyncio.wait(futures).__await__()
+        parts = []
+        for batch, index in self._batches:
+            parts.append((batch, index, batch.future.result()))  # raises a failed batch's error
+        return SendBatchResult(self.topic, self.count, self.timestamp_ms, parts)
+
+
+# -- validation helpers ----------------------------------------------------------
+
+
+def _check_int(setting: str, value: object, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise KafkaConfigError(setting, f"must be an int, not {value!r}")
+    if value < minimum:
+        raise KafkaConfigError(setting, f"must be at least {minimum}, got {value}")
+
+
+def _check_acks(acks: object) -> int:
+    if acks == "all":
+        return -1
+    if isinstance(acks, int) and not isinstance(acks, bool) and acks in (0, 1, -1):
+        return acks
+    raise KafkaConfigError("acks", f"must be 0, 1, -1 or 'all', not {acks!r}")
+
+
+def _as_bytes(data: object, what: str) -> bytes:
+    if isinstance(data, _BYTES_LIKE):
+        return bytes(data)
+    raise TypeError(
+        f"record {what} must be bytes (or set {what.split()[0]}_serializer), not {type(data).__name__}"
+    )
+
+
+def _lengths(items: list[bytes | None]) -> list[int]:
+    if None in items:
+        return [0 if item is None else len(item) for item in items]
+    return list(map(len, items))  # type: ignore[arg-type]
+
+
+def _bytes_list(items: Sequence[Any], what: str) -> list[bytes | None]:
+    out = list(items)
+    if set(map(type, out)) <= _BYTES_OR_NONE:
+        return out
+    for i, item in enumerate(out):
+        if item is not None and item.__class__ is not bytes:
+            out[i] = _as_bytes(item, what)
+    return out
+
+
+def _check_headers(headers: Sequence[Header]) -> tuple[list[Header], int]:
+    """Validated headers as a list, plus their encoded size."""
+    checked: list[Header] = []
+    size = 0
+    for header in headers:
+        try:
+            name, value = header
+        except (TypeError, ValueError):
+            raise TypeError(f"a header must be a (str, bytes | None) pair, not {header!r}") from None
+        if not isinstance(name, str):
+            raise TypeError(f"header name must be str, not {type(name).__name__}")
+        if value is not None and value.__class__ is not bytes:
+            value = _as_bytes(value, "header value")
+        checked.append((name, value))
+        size += len(name) * 3 + (len(value) if value is not None else 0) + 6
+    return checked, size

@@ -1,0 +1,472 @@
+"""The sender: one task that turns ready batches into Produce requests.
+
+Each cycle groups the ready partition queues by leader and, per broker
+connection, writes up to ``max_in_flight`` pipelined Produce requests
+(``send_frame`` returns the response future without awaiting it).  Responses
+are handled in done-callbacks, so no task or coroutine exists per request.
+
+Retries: a retriable failure (a partition error such as NOT_LEADER_OR_FOLLOWER,
+a lost connection, a request timeout) puts the batch back at its place in its
+partition's queue after ``retry_backoff_ms`` and asks for fresh metadata, so
+the retry goes to the new leader.  When ``delivery_timeout_ms`` has passed since
+the batch was created, it fails with :class:`KafkaTimeoutError`.
+
+Ordering: a retried batch goes back ahead of every younger batch of its
+partition.  With ``max_in_flight_requests_per_connection > 1`` a younger batch
+of the same partition may already be in flight and land first (Kafka's
+documented behaviour without idempotence); with ``1`` a partition has at most
+one batch in flight, so order holds across retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import math
+import time
+from collections.abc import Callable
+from itertools import chain
+from typing import Any
+
+from kafkakit.cluster import Cluster
+from kafkakit.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    UnknownServerError,
+    for_code,
+)
+from kafkakit.net.connection import BrokerConnection
+from kafkakit.producer.accumulator import Accumulator, PartitionQueue, ProducerBatch
+from kafkakit.protocol.build import millis
+from kafkakit.protocol.framing import ApiKey
+from kafkakit.records.encoder import encode_batch
+from kafkakit.structs import TopicPartition
+
+log = logging.getLogger(__name__)
+
+_NO_OFFSETS = (-1, -1, -1)
+_TOO_LARGE = {10, 18}  # MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE
+#: Room left in a request for everything around the record batches.
+_REQUEST_OVERHEAD = 512
+
+
+class _InFlight:
+    """One Produce request awaiting its response."""
+
+    __slots__ = ("node_id", "conn", "groups", "timer", "done")
+
+    def __init__(
+        self, node_id: int, conn: BrokerConnection, groups: list[tuple[PartitionQueue, list[ProducerBatch]]]
+    ) -> None:
+        self.node_id = node_id
+        self.conn = conn
+        self.groups = groups  # per partition, the batches sent as one record batch
+        self.timer: asyncio.TimerHandle | None = None
+        self.done = False
+
+
+class Sender:
+    """Drains the accumulator into Produce requests, one background task per producer."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        accumulator: Accumulator,
+        *,
+        acks: int,
+        request_timeout_ms: int,
+        retry_backoff_ms: int,
+        delivery_timeout_ms: int,
+        max_in_flight: int,
+        max_request_size: int,
+        on_metadata_update: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._cluster = cluster
+        self._acc = accumulator
+        self._acks = acks
+        self._request_timeout_ms = request_timeout_ms
+        self._request_timeout = request_timeout_ms / 1000
+        self._retry_backoff = retry_backoff_ms / 1000
+        self._delivery_timeout = delivery_timeout_ms / 1000
+        self._max_in_flight = max_in_flight
+        self._guarantee_order = max_in_flight == 1
+        self._max_request_size = max_request_size
+        self._on_metadata_update = on_metadata_update
+        self._connections: dict[int, BrokerConnection] = {}
+        self._connecting: dict[int, asyncio.Task[BrokerConnection]] = {}
+        self._in_flight: dict[int, int] = {}
+        self._requests: set[_InFlight] = set()
+        self._refresh_task: asyncio.Task[None] | None = None
+        self._last_refresh = 0.0
+        self._waiter: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="kafkakit-producer-sender")
+
+    def wake(self) -> None:
+        """Run a drain cycle soon (cheap; called when a batch becomes ready)."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def stop(self) -> None:
+        """Stop the task; in-flight requests are failed by the caller closing the cluster."""
+        tasks: list[asyncio.Task[Any]] = [t for t in (self._task, self._refresh_task) if t is not None]
+        tasks.extend(self._connecting.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        for request in list(self._requests):
+            if request.timer is not None:
+                request.timer.cancel()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            waiter = self._waiter = loop.create_future()
+            try:
+                delay = await self._run_once()
+            except Exception:  # a bug here must not silently stop all sending
+                log.exception("producer sender cycle failed")
+                delay = self._retry_backoff
+            if waiter.done():
+                continue
+            handle = loop.call_later(delay, _resolve, waiter) if delay is not None else None
+            await waiter
+            if handle is not None:
+                handle.cancel()
+
+    # -- one cycle -------------------------------------------------------------
+
+    async def _run_once(self) -> float | None:
+        """Send what is ready; return how long to sleep before the next cycle (None: until woken)."""
+        acc = self._acc
+        cluster = self._cluster
+        now = time.monotonic()
+        metadata = cluster.metadata
+        need_metadata = cluster.metadata_stale
+        next_at = math.inf
+        by_node: dict[int, list[PartitionQueue]] = {}
+        guarantee_order = self._guarantee_order
+        for by_partition in acc.queues.values():
+            for pq in by_partition.values():
+                if not pq.batches:
+                    continue
+                acc.expire(pq, now, self._delivery_timeout)
+                if not pq.batches or (guarantee_order and pq.in_flight):
+                    continue
+                if not acc.is_ready(pq, now):
+                    next_at = min(next_at, acc.next_linger_deadline(pq))
+                    continue
+                leader = metadata.leader_for(pq.tp)
+                if leader is None:
+                    need_metadata = True
+                    next_at = min(next_at, now + self._retry_backoff)
+                    continue
+                nodes = by_node.get(leader)
+                if nodes is None:
+                    by_node[leader] = [pq]
+                else:
+                    nodes.append(pq)
+        for node_id, queues in by_node.items():
+            conn = self._connections.get(node_id)
+            if conn is None or not conn.connected:
+                self._connect(node_id)
+                continue
+            await self._send_to(node_id, conn, queues, now)
+        if need_metadata and acc.has_incomplete:
+            self._refresh_metadata()
+            next_at = min(next_at, now + self._retry_backoff)
+        if next_at == math.inf:
+            return None
+        return max(next_at - time.monotonic(), 0.0)
+
+    async def _send_to(
+        self, node_id: int, conn: BrokerConnection, queues: list[PartitionQueue], now: float
+    ) -> None:
+        acc = self._acc
+        guarantee_order = self._guarantee_order
+        max_size = self._max_request_size - _REQUEST_OVERHEAD
+        while self._acks == 0 or self._in_flight.get(node_id, 0) < self._max_in_flight:
+            groups: list[tuple[PartitionQueue, list[ProducerBatch]]] = []
+            size = 0
+            for pq in queues:
+                if not pq.batches or (guarantee_order and pq.in_flight) or not acc.is_ready(pq, now):
+                    continue
+                head = pq.batches[0]
+                if groups and size + head.size > max_size:
+                    continue
+                group = [acc.take(pq)]
+                size += head.size
+                if head.encoded is None and not head.solo:
+                    size = self._coalesce(pq, group, size, max_size, now)
+                groups.append((pq, group))
+            if not groups:
+                return
+            await self._send_request(node_id, conn, groups)
+            if not conn.connected:
+                return
+
+    def _coalesce(
+        self, pq: PartitionQueue, group: list[ProducerBatch], size: int, max_size: int, now: float
+    ) -> int:
+        """Add the partition's next ready batches to ``group`` while the request has room.
+
+        Kafka takes one record batch per partition per request, so a backlog of
+        ``max_batch_size`` batches would cost a request each; sending them as one
+        record batch (up to ``max_request_size``) cuts the per-request cost that
+        dominates on both client and broker.
+        """
+        acc = self._acc
+        batches = pq.batches
+        while batches:
+            nxt = batches[0]
+            if nxt.encoded is not None or nxt.solo or size + nxt.size > max_size or not acc.is_ready(pq, now):
+                break
+            group.append(acc.take(pq))
+            size += nxt.size
+        return size
+
+    def _encode_group(self, group: list[ProducerBatch]) -> bytes:
+        if len(group) == 1:
+            return group[0].encode(self._acc.compression)
+        return encode_batch(
+            list(chain.from_iterable(b.records for b in group)), compression=self._acc.compression
+        )
+
+    async def _send_request(
+        self, node_id: int, conn: BrokerConnection, groups: list[tuple[PartitionQueue, list[ProducerBatch]]]
+    ) -> None:
+        acc = self._acc
+        topic_data: dict[str, list[dict[str, Any]]] = {}
+        encodable: list[tuple[PartitionQueue, list[ProducerBatch]]] = []
+        for pq, group in groups:
+            try:
+                data = self._encode_group(group)
+            except Exception as exc:  # bad record contents: fail those records only
+                error = exc if isinstance(exc, KafkaError | TypeError | ValueError) else KafkaError(repr(exc))
+                for batch in group:
+                    acc.fail(pq, batch, error)
+                continue
+            encodable.append((pq, group))
+            partitions = topic_data.get(pq.tp.topic)
+            if partitions is None:
+                partitions = topic_data[pq.tp.topic] = []
+            partitions.append({"index": pq.tp.partition, "records": data})
+        if not encodable:
+            return
+        request = conn.request(
+            ApiKey.PRODUCE,
+            transactional_id=None,
+            acks=self._acks,
+            timeout=self._request_timeout_ms,
+            topic_data=[{"name": name, "partition_data": parts} for name, parts in topic_data.items()],
+        )
+        if self._acks == 0:
+            try:
+                await conn.send(request, expect_response=False)
+            except KafkaError as exc:
+                self._retry_all(encodable, exc)
+                return
+            for pq, group in encodable:
+                for batch in group:
+                    acc.complete(pq, batch, _NO_OFFSETS)
+            return
+        try:
+            future = conn.send_frame(request)
+        except KafkaError as exc:
+            self._retry_all(encodable, exc)
+            return
+        assert future is not None
+        request_state = _InFlight(node_id, conn, encodable)
+        self._in_flight[node_id] = self._in_flight.get(node_id, 0) + 1
+        self._requests.add(request_state)
+        request_state.timer = asyncio.get_running_loop().call_later(
+            self._request_timeout, self._on_timeout, request_state
+        )
+        future.add_done_callback(functools.partial(self._on_response, request_state))
+
+    # -- responses -------------------------------------------------------------
+
+    def _finish(self, request: _InFlight) -> None:
+        request.done = True
+        if request.timer is not None:
+            request.timer.cancel()
+        self._in_flight[request.node_id] -= 1
+        self._requests.discard(request)
+
+    def _on_timeout(self, request: _InFlight) -> None:
+        if request.done:
+            return
+        self._finish(request)
+        error = KafkaTimeoutError(
+            f"Produce request to broker {request.node_id} got no response within "
+            f"request_timeout_ms={self._request_timeout_ms}"
+        )
+        self._retry_all(request.groups, error)
+        # The stream is unusable once a response is overdue: drop the connection.
+        if self._connections.get(request.node_id) is request.conn:
+            del self._connections[request.node_id]
+        asyncio.ensure_future(request.conn.close())
+        self.wake()
+
+    def _on_response(self, request: _InFlight, future: asyncio.Future[Any]) -> None:
+        if request.done:
+            return
+        self._finish(request)
+        try:
+            if future.cancelled():
+                raise KafkaConnectionError("Produce request cancelled")
+            error = future.exception()
+            if error is not None:
+                if self._connections.get(request.node_id) is request.conn and not request.conn.connected:
+                    del self._connections[request.node_id]
+                self._retry_all(request.groups, error)
+                return
+            self._handle_response(request, future.result())
+        finally:
+            self.wake()
+
+    def _handle_response(self, request: _InFlight, response: Any) -> None:
+        acc = self._acc
+        results: dict[tuple[str, int], Any] = {}
+        for topic in response.responses:
+            for partition in topic.partition_responses:
+                results[(topic.name, int(partition.index))] = partition
+        now = time.monotonic()
+        for pq, group in request.groups:
+            tp = pq.tp
+            result = results.get((tp.topic, tp.partition))
+            if result is None:
+                error = UnknownServerError(f"no Produce result for {tp.topic}-{tp.partition}")
+                for batch in reversed(group):
+                    self._retry_or_fail(pq, batch, error, now)
+                continue
+            code = int(result.error_code)
+            if code == 0:
+                offset = int(result.base_offset)
+                log_append_time = millis(result.log_append_time)
+                log_start_offset = int(result.log_start_offset)
+                for batch in group:
+                    acc.complete(pq, batch, (offset, log_append_time, log_start_offset))
+                    if offset >= 0:
+                        offset += batch.record_count
+                continue
+            if code in _TOO_LARGE and len(group) > 1:
+                # Our coalescing overshot the broker's limit: resend the batches one by one.
+                for batch in reversed(group):
+                    batch.solo = True
+                    acc.requeue(pq, batch)
+                continue
+            if Cluster.is_refresh_error(code):
+                self._cluster.request_metadata_update()
+            error = for_code(code)(_describe(tp, result))
+            for batch in reversed(group):
+                self._retry_or_fail(pq, batch, error, now)
+
+    def _retry_all(
+        self, groups: list[tuple[PartitionQueue, list[ProducerBatch]]], error: BaseException
+    ) -> None:
+        now = time.monotonic()
+        if isinstance(error, KafkaConnectionError | KafkaTimeoutError):
+            self._cluster.request_metadata_update()
+        # Youngest first, so each requeue lands ahead of the ones already put back.
+        for pq, group in reversed(groups):
+            for batch in reversed(group):
+                self._retry_or_fail(pq, batch, error, now)
+
+    def _retry_or_fail(
+        self, pq: PartitionQueue, batch: ProducerBatch, error: BaseException, now: float
+    ) -> None:
+        batch.last_error = error
+        if getattr(error, "retriable", False):
+            retry_at = now + self._retry_backoff
+            if retry_at - batch.created < self._delivery_timeout:
+                batch.attempts += 1
+                batch.retry_at = retry_at
+                log.debug("retrying %r after %s", batch, error)
+                self._acc.requeue(pq, batch)
+                return
+            error = KafkaTimeoutError(
+                f"delivery_timeout_ms={self._delivery_timeout * 1000:.0f} expired for {batch.record_count} record(s) to "
+                f"{batch.tp.topic}-{batch.tp.partition} after {batch.attempts + 1} attempt(s); last error: {error}"
+            )
+        log.warning(
+            "failed to deliver %d record(s) to %s-%s: %s",
+            batch.record_count,
+            batch.tp.topic,
+            batch.tp.partition,
+            error,
+        )
+        self._acc.fail(pq, batch, error)
+
+    # -- connections and metadata -------------------------------------------------
+
+    def _connect(self, node_id: int) -> None:
+        if node_id in self._connecting:
+            return
+        task = asyncio.create_task(
+            self._cluster.connection(node_id), name=f"kafkakit-producer-connect-{node_id}"
+        )
+        self._connecting[node_id] = task
+        task.add_done_callback(functools.partial(self._on_connected, node_id))
+
+    def _on_connected(self, node_id: int, task: asyncio.Task[BrokerConnection]) -> None:
+        self._connecting.pop(node_id, None)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            log.info("cannot connect to broker %s: %s", node_id, error)
+            self._cluster.request_metadata_update()
+        else:
+            self._connections[node_id] = task.result()
+        self.wake()
+
+    def _refresh_metadata(self) -> None:
+        if self._refresh_task is not None and not self._refresh_task.done():
+            return
+        now = time.monotonic()
+        if now - self._last_refresh < self._retry_backoff:
+            return  # the cycle sleeps at most retry_backoff, so the refresh happens soon
+        self._last_refresh = now
+        self._refresh_task = asyncio.create_task(
+            self._cluster.refresh_metadata(), name="kafkakit-producer-metadata"
+        )
+        self._refresh_task.add_done_callback(self._on_refreshed)
+
+    def _on_refreshed(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            log.info("metadata refresh failed: %s", error)
+        self._on_metadata_update()
+        self.wake()
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+def _describe(tp: TopicPartition, result: Any) -> str:
+    text = f"{tp.topic}-{tp.partition}"
+    message = getattr(result, "error_message", None)
+    if message:
+        text += f": {message}"
+    record_errors = getattr(result, "record_errors", ())
+    if record_errors:
+        text += "; " + ", ".join(
+            f"record {e.batch_index}: {e.batch_index_error_message}" for e in record_errors[:5]
+        )
+    return text

@@ -1,0 +1,137 @@
+"""Fixtures that give every test a running broker of each kind the session asks for.
+
+``KAFKAKIT_TEST_BROKERS`` (comma list, default ``broker_min,kafka``) picks the kinds
+the ``broker`` fixture is parametrized over:
+
+- ``broker_min``: kafkakit's own broker, in this process on a background thread.
+- ``kafka``: Apache Kafka (KRaft, single node) from jars Maven fetches into
+  ``${KAFKAKIT_CACHE:-~/.cache/kafkakit}``. Skipped, with the reason shown, only
+  when java or mvn is missing; a failed fetch or start is an error.
+- ``testcontainers``: Apache Kafka in Docker; skipped unless ``docker info`` works.
+
+Each broker starts once per session, whatever order the tests run in.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+# Makes `tests.brokers` importable however pytest is started (`pytest` or `python -m pytest`).
+_REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+if _REPO_ROOT not in sys.path:
+    sys.path.insert(0, _REPO_ROOT)
+
+from tests.brokers import (  # noqa: E402
+    BrokerMinProcess,
+    BrokerMinServer,
+    KafkaServer,
+    RunningBroker,
+    TestcontainersKafka,
+    docker_unavailable_reason,
+    kafka_version,
+    missing_kafka_tools,
+    new_topic_name,
+    requested_broker_kinds,
+)
+
+try:
+    BROKER_KINDS = requested_broker_kinds(os.environ.get("KAFKAKIT_TEST_BROKERS"))
+except ValueError as exc:
+    raise pytest.UsageError(str(exc)) from exc
+
+_FIXTURE_FOR_KIND = {
+    "broker_min": "broker_min",
+    "kafka": "kafka_broker",
+    "testcontainers": "testcontainers_broker",
+}
+_startup_notes: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def broker_min(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerMinServer]:
+    """kafkakit's broker for the whole session (in-process; ``.data_dir`` is its storage).
+
+    Available whatever KAFKAKIT_TEST_BROKERS says: broker-specific tests use it directly.
+    """
+    server = BrokerMinServer(tmp_path_factory.mktemp("broker_min"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaServer]:
+    """Apache Kafka for the whole session; its log stays in pytest's temp dir."""
+    reason = missing_kafka_tools()
+    if reason is not None:
+        pytest.skip(reason)
+    server = KafkaServer(tmp_path_factory.mktemp("kafka"))
+    server.start()  # BrokerSetupError propagates: a failed fetch or start is an error, not a skip
+    _startup_notes.append(
+        f"Apache Kafka {kafka_version()} on {server.bootstrap_servers} started in "
+        f"{server.startup_seconds:.1f}s (log: {server.log_path})"
+    )
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def testcontainers_broker() -> Iterator[TestcontainersKafka]:
+    """Apache Kafka in Docker via testcontainers, where a Docker engine runs."""
+    reason = docker_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    server = TestcontainersKafka()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session", params=BROKER_KINDS)
+def broker(request: pytest.FixtureRequest) -> RunningBroker:
+    """A running broker of each requested kind: ``.bootstrap_servers``, ``.kind``.
+
+    The broker behind each kind is its own session fixture, so pytest may tear this
+    parametrized fixture down and up again without restarting a JVM.
+    """
+    kind: str = request.param
+    server: RunningBroker = request.getfixturevalue(_FIXTURE_FOR_KIND[kind])
+    return server
+
+
+@pytest.fixture
+def broker_min_process(tmp_path: Path) -> Iterator[BrokerMinProcess]:
+    """kafkakit's broker as a child process for this test only: ``kill()``, ``restart()``."""
+    process = BrokerMinProcess(tmp_path / "data")
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def topic(request: pytest.FixtureRequest) -> str:
+    """A topic name unique to this test (named after it, for reading broker logs)."""
+    return new_topic_name(_topic_prefix(request.node.name))
+
+
+@pytest.fixture
+def topic_factory(request: pytest.FixtureRequest) -> Callable[[], str]:
+    """Call it for as many unique topic names as a test needs."""
+    prefix = _topic_prefix(request.node.name)
+    return lambda: new_topic_name(prefix)
+
+
+def _topic_prefix(test_name: str) -> str:
+    # Topic names allow [a-zA-Z0-9._-]; keep them short enough to read.
+    return re.sub(r"[^a-zA-Z0-9._-]+", "-", test_name).strip("-")[:40] or "t"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for note in _startup_notes:
+        terminalreporter.write_line(note)

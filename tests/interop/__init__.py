@@ -1,0 +1,1 @@
+"""Third-party Kafka clients (confluent-kafka, aiokafka, kafka-python, kcat) against broker_min."""

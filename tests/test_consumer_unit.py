@@ -1,0 +1,150 @@
+"""Consumer pieces that need no broker: settings validation and read_committed filtering."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kafkakit.consumer import Consumer
+from kafkakit.consumer.fetcher import _Chunk, _decode_all, _decode_committed
+from kafkakit.errors import CorruptRecordError, IllegalStateError, KafkaConfigError, NotYetSupportedError
+from kafkakit.records import build_control_batch, encode_batch, set_base_offset
+from kafkakit.structs import TopicPartition
+
+TP = TopicPartition("t", 0)
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("auto_offset_reset", "smallest"),
+        ("isolation_level", "serializable"),
+        ("fetch_max_wait_ms", -1),
+        ("fetch_min_bytes", -5),
+        ("fetch_max_bytes", 0),
+        ("max_partition_fetch_bytes", "1MB"),
+        ("request_timeout_ms", 0),
+        ("retry_backoff_ms", -1),
+        ("max_poll_records", 0),
+        ("metadata_max_age_ms", True),
+        ("key_deserializer", "utf-8"),
+        ("value_deserializer", 42),
+        ("client_id", 7),
+    ],
+)
+def test_bad_settings_name_the_setting(setting: str, value: Any) -> None:
+    with pytest.raises(KafkaConfigError) as info:
+        Consumer(bootstrap_servers="localhost:9092", **{setting: value})
+    assert info.value.setting == setting
+
+
+def test_request_timeout_must_exceed_fetch_wait() -> None:
+    with pytest.raises(KafkaConfigError) as info:
+        Consumer(bootstrap_servers="localhost:9092", fetch_max_wait_ms=5000, request_timeout_ms=5000)
+    assert info.value.setting == "request_timeout_ms"
+
+
+def test_bad_bootstrap_is_a_config_error() -> None:
+    with pytest.raises(KafkaConfigError) as info:
+        Consumer(bootstrap_servers="host:notaport")
+    assert info.value.setting == "bootstrap_servers"
+
+
+def test_groups_are_not_supported_yet() -> None:
+    with pytest.raises(NotYetSupportedError, match="group"):
+        Consumer("some-topic", bootstrap_servers="localhost:9092")
+    with pytest.raises(NotYetSupportedError, match="group"):
+        Consumer(bootstrap_servers="localhost:9092", group_id="g")
+    consumer = Consumer(bootstrap_servers="localhost:9092")
+    with pytest.raises(NotYetSupportedError):
+        consumer.subscribe(["t"])
+
+
+def test_read_committed_is_accepted() -> None:
+    Consumer(bootstrap_servers="localhost:9092", isolation_level="read_committed")
+
+
+async def test_assignment_checks_without_a_broker() -> None:
+    consumer = Consumer(bootstrap_servers="localhost:9092")
+    consumer.assign([TopicPartition("a", 0), ("a", 1)])
+    assert consumer.assignment() == {TopicPartition("a", 0), TopicPartition("a", 1)}
+    with pytest.raises(TypeError):
+        consumer.assign(TopicPartition("a", 0))
+    with pytest.raises(TypeError):
+        consumer.assign(["a"])
+    with pytest.raises(IllegalStateError):
+        consumer.seek(TopicPartition("b", 0), 5)
+    with pytest.raises(ValueError):
+        consumer.seek(TopicPartition("a", 0), -1)
+    with pytest.raises(IllegalStateError):
+        consumer.pause(TopicPartition("b", 0))
+    consumer.pause(TopicPartition("a", 1))
+    assert consumer.paused() == {TopicPartition("a", 1)}
+    consumer.resume(TopicPartition("a", 1))
+    assert consumer.paused() == set()
+    with pytest.raises(IllegalStateError, match="start"):
+        await consumer.getmany()
+    assert consumer.highwater(TopicPartition("a", 0)) is None
+
+
+# -- read_committed filtering on hand-built batches --------------------------------
+
+PID_ABORTED = 7
+PID_COMMITTED = 8
+
+
+def _txn_batch(pid: int, base_offset: int, values: list[bytes]) -> bytes:
+    return encode_batch(
+        [(None, v, 1000, []) for v in values],
+        base_offset=base_offset,
+        producer_id=pid,
+        producer_epoch=0,
+        base_sequence=0,
+        transactional=True,
+    )
+
+
+def _marker(pid: int, offset: int, commit: bool) -> bytes:
+    batch = bytearray(build_control_batch(pid, 0, commit, 0, 1000))
+    set_base_offset(batch, 0, offset)
+    return bytes(batch)
+
+
+def _interleaved_log() -> bytes:
+    # offsets: 0-1 aborted txn, 2-3 committed txn, 4 ABORT marker, 5 COMMIT marker, 6 plain record
+    return b"".join(
+        [
+            _txn_batch(PID_ABORTED, 0, [b"a0", b"a1"]),
+            _txn_batch(PID_COMMITTED, 2, [b"c2", b"c3"]),
+            _marker(PID_ABORTED, 4, commit=False),
+            _marker(PID_COMMITTED, 5, commit=True),
+            encode_batch([(None, b"p6", 1000, [])], base_offset=6),
+        ]
+    )
+
+
+def test_read_committed_drops_aborted_transactions_and_markers() -> None:
+    chunk = _Chunk(_interleaved_log(), 0, 7, [(PID_ABORTED, 0)])
+    records = _decode_committed(chunk, TP, True)
+    assert [(r.offset, r.value) for r in records] == [(2, b"c2"), (3, b"c3"), (6, b"p6")]
+
+
+def test_without_aborted_list_everything_but_markers_is_returned() -> None:
+    chunk = _Chunk(_interleaved_log(), 0, 7, None)
+    records = _decode_all(chunk, TP, True)
+    assert [r.offset for r in records] == [0, 1, 2, 3, 6]
+
+
+def test_records_before_the_fetch_offset_are_dropped() -> None:
+    chunk = _Chunk(encode_batch([(None, b"v%d" % i, 1000, []) for i in range(5)], base_offset=10), 12, 15, None)
+    assert [r.offset for r in _decode_all(chunk, TP, True)] == [12, 13, 14]
+
+
+def test_crc_mismatch_is_reported() -> None:
+    batch = bytearray(encode_batch([(None, b"value", 1000, [])]))
+    batch[-2] ^= 0xFF
+    chunk = _Chunk(bytes(batch), 0, 1, None)
+    with pytest.raises(CorruptRecordError):
+        _decode_all(chunk, TP, True)
+    assert [r.offset for r in _decode_all(chunk, TP, False)] == [0]

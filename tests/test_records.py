@@ -1,0 +1,389 @@
+"""Unit and property tests of the record batch v2 codec (kafkakit.records)."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+from typing import Any
+
+import cramjam
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kafkakit.errors import CorruptRecordError, KafkaConfigError
+from kafkakit.records import (
+    HEADER_SIZE,
+    XERIAL_MAGIC,
+    BatchBuilder,
+    Compression,
+    build_control_batch,
+    compress,
+    decode_batch,
+    decode_batches,
+    decode_raw_records,
+    decompress,
+    encode_batch,
+    encode_values,
+    iter_batch_headers,
+    read_batch_header,
+    read_control_type,
+    set_base_offset,
+    set_log_append_time,
+    verify_crc,
+    write_crc,
+)
+from kafkakit.records.varint import encode_zigzag, read_zigzag
+
+BASE_TS = 1_700_000_000_000
+
+headers_st = st.lists(st.tuples(st.text(max_size=8), st.none() | st.binary(max_size=20)), max_size=3)
+record_st = st.tuples(
+    st.none() | st.binary(max_size=40),
+    st.none() | st.binary(max_size=300),
+    st.integers(min_value=-(2**40), max_value=2**40).map(lambda d: BASE_TS + d),
+    headers_st,
+)
+records_st = st.lists(record_st, min_size=1, max_size=40)
+codec_st = st.sampled_from(list(Compression))
+
+
+def as_tuples(records: list[Any]) -> list[tuple[Any, ...]]:
+    return [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records]
+
+
+def expected(records: list[Any], base_offset: int = 0) -> list[tuple[Any, ...]]:
+    return [(base_offset + i, ts, k, v, list(h)) for i, (k, v, ts, h) in enumerate(records)]
+
+
+# --- varints and compression -------------------------------------------------------------
+
+
+@given(st.integers(min_value=-(2**63), max_value=2**63 - 1))
+def test_zigzag_round_trip(value: int) -> None:
+    data = encode_zigzag(value)
+    assert read_zigzag(data, 0) == (value, len(data))
+
+
+def test_zigzag_known_bytes() -> None:
+    assert encode_zigzag(0) == b"\x00"
+    assert encode_zigzag(-1) == b"\x01"
+    assert encode_zigzag(1) == b"\x02"
+    assert encode_zigzag(63) == b"\x7e"
+    assert encode_zigzag(64) == b"\x80\x01"
+
+
+@pytest.mark.parametrize(
+    ("name", "codec"),
+    [(None, Compression.NONE), ("none", Compression.NONE), ("gzip", Compression.GZIP), ("Snappy", Compression.SNAPPY),
+     ("lz4", Compression.LZ4), ("zstd", Compression.ZSTD), (Compression.LZ4, Compression.LZ4)],
+)
+def test_compression_from_name(name: Any, codec: Compression) -> None:
+    assert Compression.from_name(name) is codec
+
+
+@pytest.mark.parametrize("bad", ["brotli", "", 3])
+def test_compression_from_name_rejects_unknown(bad: Any) -> None:
+    with pytest.raises(KafkaConfigError) as info:
+        Compression.from_name(bad)
+    assert info.value.setting == "compression_type"
+
+
+@pytest.mark.parametrize("codec", list(Compression))
+@pytest.mark.parametrize("size", [0, 1, 1000, 100_000])
+def test_compress_round_trip(codec: Compression, size: int) -> None:
+    data = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    assert decompress(codec, compress(codec, data)) == data
+
+
+def test_snappy_uses_xerial_framing_and_reads_raw_too() -> None:
+    data = b"hello snappy " * 10_000  # > 32 KiB: several xerial blocks
+    framed = compress(Compression.SNAPPY, data)
+    assert framed.startswith(XERIAL_MAGIC + struct.pack(">ii", 1, 1))
+    assert decompress(Compression.SNAPPY, framed) == data
+    raw = bytes(cramjam.snappy.compress_raw(data))
+    assert decompress(Compression.SNAPPY, raw) == data
+
+
+def test_lz4_frame_has_independent_blocks_and_no_content_size() -> None:
+    frame = compress(Compression.LZ4, b"abc" * 1000)
+    assert frame[:4] == b"\x04\x22\x4d\x18"
+    flg = frame[4]
+    assert flg & 0x20, "Java's Lz4BlockInputStream rejects dependent blocks"
+    assert not flg & 0x08, "no content size"
+
+
+def test_gzip_multi_member_and_corrupt_input() -> None:
+    assert decompress(Compression.GZIP, gzip.compress(b"ab") + gzip.compress(b"cd")) == b"abcd"
+    for codec in (Compression.GZIP, Compression.LZ4, Compression.ZSTD, Compression.SNAPPY):
+        with pytest.raises(CorruptRecordError):
+            decompress(codec, XERIAL_MAGIC + b"\x00\x00\x00\x01\x00\x00\x00\x01\x00\x00\x10\x00garbage")
+
+
+def test_encoders_accept_codec_names_and_reject_unknown_ids() -> None:
+    builder = BatchBuilder(compression="lz4")
+    builder.append(BASE_TS, None, b"v" * 50, ())
+    assert read_batch_header(builder.build()).compression is Compression.LZ4
+    assert read_batch_header(encode_values([b"v"], timestamp_ms=BASE_TS, compression="zstd")).compression is Compression.ZSTD
+    assert read_batch_header(encode_batch([(None, b"v", BASE_TS, ())], compression=None)).compression is Compression.NONE
+    with pytest.raises(KafkaConfigError):
+        BatchBuilder(compression=7)
+    with pytest.raises(KafkaConfigError):
+        encode_values([b"v"], compression="brotli")
+
+
+# --- round trips ---------------------------------------------------------------------------
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=records_st, codec=codec_st)
+def test_encode_batch_round_trip(records: list[Any], codec: Compression) -> None:
+    batch = encode_batch(records, compression=codec)
+    header = read_batch_header(batch)
+    assert header.size == len(batch)
+    assert header.compression is codec
+    assert header.record_count == len(records) and header.last_offset_delta == len(records) - 1
+    assert header.base_timestamp == records[0][2]
+    assert header.max_timestamp == max(r[2] for r in records)
+    assert verify_crc(batch, 0, header)
+    assert as_tuples(decode_batches(batch, "t", 3)) == expected(records)
+    raw = decode_raw_records(batch, 0, header)
+    assert [(od, ts_delta) for od, ts_delta, *_ in raw] == [(i, r[2] - records[0][2]) for i, r in enumerate(records)]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=records_st, codec=codec_st)
+def test_builder_round_trip_and_matches_encode_batch(records: list[Any], codec: Compression) -> None:
+    builder = BatchBuilder(compression=codec, max_size=1 << 30)
+    for i, (key, value, ts, headers) in enumerate(records):
+        assert builder.append(ts, key, value, headers) == i
+    assert builder.record_count == len(records)
+    assert builder.max_timestamp == max(r[2] for r in records)
+    batch = builder.build()
+    assert batch == encode_batch(records, compression=codec)
+    if codec is Compression.NONE:
+        assert builder.estimated_size == len(batch)
+    decoded = decode_batches(batch, "topic", 7)
+    assert as_tuples(decoded) == expected(records)
+    assert all(r.topic == "topic" and r.partition == 7 and r.timestamp_type == 0 for r in decoded)
+    assert [r.serialized_key_size for r in decoded] == [-1 if k is None else len(k) for k, *_ in records]
+    assert [r.serialized_value_size for r in decoded] == [-1 if v is None else len(v) for _, v, *_ in records]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(st.binary(max_size=200), min_size=1, max_size=80),
+    with_keys=st.booleans(),
+    codec=codec_st,
+)
+def test_encode_values_equals_encode_batch(values: list[bytes], with_keys: bool, codec: Compression) -> None:
+    keys = [v[:3] if i % 3 else None for i, v in enumerate(values)] if with_keys else None
+    batch = encode_values(values, keys, timestamp_ms=BASE_TS, compression=codec)
+    records = [(keys[i] if keys else None, v, BASE_TS, ()) for i, v in enumerate(values)]
+    assert batch == encode_batch(records, compression=codec)
+
+
+@pytest.mark.parametrize("count", [1, 63, 64, 65, 8191, 8192, 8193, 40_000])
+def test_encode_values_uniform_lengths_across_varint_widths(count: int) -> None:
+    values = [i.to_bytes(4, "big") * 25 for i in range(count)]
+    batch = encode_values(values, timestamp_ms=BASE_TS)
+    assert batch == encode_batch([(None, v, BASE_TS, ()) for v in values])
+    decoded = decode_batches(batch, "t", 0)
+    assert [r.value for r in decoded] == values
+    assert [r.offset for r in decoded] == list(range(count))
+
+
+def test_large_values_and_multibyte_varints() -> None:
+    records = [(b"k" * 20_000, b"v" * 70_000, BASE_TS, [("h" * 200, b"x" * 40_000)]), (None, b"", BASE_TS - 5, [])]
+    batch = encode_batch(records, compression=Compression.NONE)
+    assert as_tuples(decode_batches(batch, "t", 0)) == expected(records)
+
+
+def test_inputs_other_than_bytes() -> None:
+    batch = encode_batch([(bytearray(b"k"), memoryview(b"v"), BASE_TS, [("h", bytearray(b"1"))])])
+    assert as_tuples(decode_batches(batch, "t", 0)) == [(0, BASE_TS, b"k", b"v", [("h", b"1")])]
+    with pytest.raises(TypeError):
+        encode_batch([(None, "text", BASE_TS, ())])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        BatchBuilder().append(BASE_TS, "key", b"v", ())  # type: ignore[arg-type]
+    assert decode_batches(bytearray(batch), "t", 0)[0].value == b"v"
+    assert decode_batches(memoryview(batch), "t", 0)[0].value == b"v"
+
+
+def test_empty_batches_are_rejected() -> None:
+    with pytest.raises(ValueError):
+        encode_batch([])
+    with pytest.raises(ValueError):
+        encode_values([])
+    with pytest.raises(ValueError):
+        BatchBuilder().build()
+
+
+# --- builder ---------------------------------------------------------------------------------
+
+
+def test_builder_respects_max_size_but_accepts_a_large_first_record() -> None:
+    builder = BatchBuilder(max_size=1000)
+    assert builder.estimated_size == HEADER_SIZE
+    assert builder.append(BASE_TS, None, b"x" * 5000, ()) == 0  # first record always fits
+    assert builder.append(BASE_TS, None, b"y", ()) is None
+    assert builder.record_count == 1
+
+    builder = BatchBuilder(max_size=1000)
+    accepted = 0
+    while builder.append(BASE_TS + accepted, b"key", b"v" * 100, [("h", b"1")]) is not None:
+        accepted += 1
+    assert accepted > 1
+    batch = builder.build()
+    assert len(batch) == builder.estimated_size <= 1000
+    assert len(decode_batches(batch, "t", 0)) == accepted
+
+
+def test_builder_producer_state_and_transactional_flag() -> None:
+    builder = BatchBuilder(compression=Compression.LZ4, producer_id=5, producer_epoch=1, base_sequence=0)
+    builder.append(BASE_TS, None, b"a" * 100, ())
+    builder.append(BASE_TS + 10, None, b"b" * 100, ())
+    builder.set_producer_state(42, 3, 17, transactional=True)
+    batch = builder.build()
+    header = read_batch_header(batch)
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (42, 3, 17)
+    assert header.is_transactional and not header.is_control
+    assert header.compression is Compression.LZ4
+    assert header.max_timestamp == BASE_TS + 10
+    assert header.partition_leader_epoch == -1
+
+
+def test_builder_default_timestamp_is_now() -> None:
+    builder = BatchBuilder()
+    builder.append(None, None, b"v", ())
+    assert abs(builder.base_timestamp - read_batch_header(builder.build()).base_timestamp) == 0
+    assert builder.base_timestamp > BASE_TS
+
+
+# --- header, CRC and in-place rewrites ------------------------------------------------------------
+
+
+def test_header_properties() -> None:
+    batch = encode_batch([(None, b"v", BASE_TS, ())] * 5, base_offset=100, producer_id=9, producer_epoch=2,
+                         base_sequence=4, transactional=True, compression=Compression.GZIP)
+    header = read_batch_header(batch)
+    assert header.base_offset == 100
+    assert header.last_offset == 104 and header.next_offset == 105
+    assert header.magic == 2
+    assert header.is_transactional and header.compression is Compression.GZIP and header.timestamp_type == 0
+    assert [r.offset for r in decode_batches(batch, "t", 0)] == [100, 101, 102, 103, 104]
+
+
+def test_read_batch_header_errors() -> None:
+    batch = bytearray(encode_values([b"x"], timestamp_ms=BASE_TS))
+    with pytest.raises(CorruptRecordError):
+        read_batch_header(batch[:60])
+    batch[16] = 1
+    with pytest.raises(CorruptRecordError, match="magic"):
+        read_batch_header(batch)
+    with pytest.raises(CorruptRecordError, match="magic"):
+        list(iter_batch_headers(bytes(batch)))
+
+
+@pytest.mark.parametrize("codec", list(Compression))
+def test_crc_corruption_is_detected(codec: Compression) -> None:
+    batch = bytearray(encode_values([b"value-%d" % i for i in range(50)], timestamp_ms=BASE_TS, compression=codec))
+    batch[-3] ^= 0x40
+    header = read_batch_header(batch)
+    assert not verify_crc(batch, 0, header)
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        decode_batches(batch, "t", 0)
+
+
+def test_corrupt_records_with_valid_crc_raise_typed_errors() -> None:
+    good = encode_values([b"abc"] * 3, timestamp_ms=BASE_TS)
+    truncated = bytearray(good[:-2])
+    struct.pack_into(">i", truncated, 8, len(truncated) - 12)
+    write_crc(truncated, 0)
+    with pytest.raises(CorruptRecordError):
+        decode_batches(truncated, "t", 0)
+    extra = bytearray(good + b"\x00\x00")
+    struct.pack_into(">i", extra, 8, len(extra) - 12)
+    write_crc(extra, 0)
+    with pytest.raises(CorruptRecordError):
+        decode_batches(extra, "t", 0)
+    negative = bytearray(good)
+    negative[HEADER_SIZE + 5] = 0x03  # value length -2
+    write_crc(negative, 0)
+    with pytest.raises(CorruptRecordError):
+        decode_batches(negative, "t", 0)
+
+
+def test_partial_trailing_batch_is_ignored() -> None:
+    first = encode_values([b"a"] * 3, timestamp_ms=BASE_TS)
+    second = bytearray(encode_values([b"b"] * 2, timestamp_ms=BASE_TS))
+    set_base_offset(second, 0, 3)
+    third = encode_values([b"c"] * 4, timestamp_ms=BASE_TS)
+    for cut in (1, 30, HEADER_SIZE, len(third) - 1):
+        buf = first + bytes(second) + third[:cut]
+        assert [pos for pos, _ in iter_batch_headers(buf)] == [0, len(first)]
+        assert [r.value for r in decode_batches(buf, "t", 0)] == [b"a"] * 3 + [b"b"] * 2
+    assert decode_batches(b"", "t", 0) == []
+
+
+def test_set_base_offset_keeps_crc_valid() -> None:
+    batch = bytearray(encode_values([b"x", b"y"], timestamp_ms=BASE_TS, compression=Compression.ZSTD))
+    crc_before = read_batch_header(batch).crc
+    set_base_offset(batch, 0, 1234, partition_leader_epoch=7)
+    header = read_batch_header(batch)
+    assert (header.base_offset, header.partition_leader_epoch, header.crc) == (1234, 7, crc_before)
+    assert verify_crc(batch, 0, header)
+    assert [r.offset for r in decode_batches(batch, "t", 0)] == [1234, 1235]
+    set_base_offset(memoryview(batch), 0, 99)
+    assert read_batch_header(batch).base_offset == 99 and read_batch_header(batch).partition_leader_epoch == 7
+
+
+def test_set_log_append_time() -> None:
+    records = [(None, b"v%d" % i, BASE_TS + i, ()) for i in range(5)]
+    buf = bytearray(b"\x00" * 10 + encode_batch(records, compression=Compression.SNAPPY))
+    set_log_append_time(buf, 10, BASE_TS + 999)
+    header = read_batch_header(buf, 10)
+    assert header.timestamp_type == 1 and header.max_timestamp == BASE_TS + 999
+    assert header.base_timestamp == BASE_TS and header.compression is Compression.SNAPPY
+    assert verify_crc(buf, 10, header)
+    decoded = decode_batch(buf, 10, header, "t", 0)
+    assert [(r.timestamp, r.timestamp_type) for r in decoded] == [(BASE_TS + 999, 1)] * 5
+
+
+def test_min_offset_drops_records_before_the_fetch_offset() -> None:
+    first = bytearray(encode_values([b"a%d" % i for i in range(5)], timestamp_ms=BASE_TS))
+    set_base_offset(first, 0, 10)
+    second = bytearray(encode_values([b"b%d" % i for i in range(5)], timestamp_ms=BASE_TS, compression=Compression.LZ4))
+    set_base_offset(second, 0, 15)
+    buf = bytes(first + second)
+    assert [r.offset for r in decode_batches(buf, "t", 0, min_offset=13)] == list(range(13, 20))
+    assert [r.offset for r in decode_batches(buf, "t", 0, min_offset=17)] == [17, 18, 19]
+    assert decode_batches(buf, "t", 0, min_offset=20) == []
+
+
+# --- control batches -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("commit", "control_type"), [(True, 1), (False, 0)])
+def test_control_batch(commit: bool, control_type: int) -> None:
+    marker = build_control_batch(77, 4, commit, coordinator_epoch=12, timestamp_ms=BASE_TS)
+    header = read_batch_header(marker)
+    assert header.attributes == 0x30 and header.is_control and header.is_transactional
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (77, 4, -1)
+    assert header.record_count == 1 and verify_crc(marker, 0, header)
+    assert read_control_type(marker, 0, header) == control_type
+    ((_, _, key, value, headers),) = decode_raw_records(marker, 0, header)
+    assert key == struct.pack(">hh", 0, control_type)
+    assert value == struct.pack(">hi", 0, 12)
+    assert headers == []
+    assert decode_batch(marker, 0, header, "t", 0) == []
+    data = bytearray(encode_values([b"x"], timestamp_ms=BASE_TS, producer_id=77, producer_epoch=4,
+                                   base_sequence=0, transactional=True))
+    buf = bytearray(marker)
+    set_base_offset(buf, 0, 1)
+    assert [r.value for r in decode_batches(bytes(data + buf), "t", 0)] == [b"x"]
+
+
+def test_read_control_type_rejects_data_batches() -> None:
+    batch = encode_values([b"x"], timestamp_ms=BASE_TS)
+    with pytest.raises(CorruptRecordError):
+        read_control_type(batch, 0, read_batch_header(batch))
