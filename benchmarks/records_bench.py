@@ -109,7 +109,7 @@ def aiokafka_decode_to_consumer_records(batches: list[bytes]) -> Op:
     """What aiokafka's fetcher does per record: iterate the batch, build its ConsumerRecord dataclass."""
 
     def run() -> None:
-        out = []
+        out: list[Any] = []
         append = out.append
         for raw in batches:
             batch = AioBatch(raw)

@@ -25,6 +25,7 @@ from typing import Any
 
 from kafkakit.broker.config import BrokerConfig
 from kafkakit.broker.log import LogConfig, LogManager, PartitionLog
+from kafkakit.broker.producer_state import ProducerIdAllocator, ProducerStateRegistry
 from kafkakit.errors import KafkaConfigError
 
 log = logging.getLogger("kafkakit.broker")
@@ -148,6 +149,8 @@ class BrokerState:
         self.default_log_config = broker_log_config(config)
         self.topics = TopicRegistry(data_dir / TOPICS_DIR)
         self.logs = LogManager(data_dir, self.default_log_config)
+        self.producer_ids = ProducerIdAllocator(data_dir)
+        self.producer_states = ProducerStateRegistry()
         self._append_waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
         self._background: list[asyncio.Task[None]] = []
         self._open_registered_partitions()
@@ -190,6 +193,7 @@ class BrokerState:
         if info is None:
             return None
         self.logs.delete_topic(name)
+        self.producer_states.forget_topic(name)
         for partition in range(info.num_partitions):
             self.notify_append(name, partition)
         log.info("deleted topic %s", name)

@@ -69,69 +69,201 @@ class BrokerResponseError(KafkaError):
 
     code: int = -1
 
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__()
+        code = cls.__dict__.get("code")
+        if code is not None and code in _RETRIABLE:
+            cls.retriable = _RETRIABLE[code]
+            _BY_CODE.setdefault(code, cls)
+
     def __init__(self, message: str = "") -> None:
         name = _NAMES.get(self.code, f"error {self.code}")
         super().__init__(f"[{self.code}] {name}" + (f": {message}" if message else ""))
 
 
 _NAMES: dict[int, str] = {int(e): e.name.upper() for e in ErrorCode}
+_RETRIABLE: dict[int, bool] = {int(e): bool(e.retriable) for e in ErrorCode}
 _BY_CODE: dict[int, type[BrokerResponseError]] = {}
 
-
-def _error_class(name: str, code: ErrorCode, base: type[BrokerResponseError] = BrokerResponseError) -> type[BrokerResponseError]:
-    cls = type(name, (base,), {"code": int(code), "retriable": bool(code.retriable), "__doc__": f"Kafka error {int(code)} ({code.name.upper()})."})
-    _BY_CODE[int(code)] = cls
-    return cls
-
-
 # Named classes for the codes applications commonly handle.
-UnknownServerError = _error_class("UnknownServerError", ErrorCode.unknown_server_error)
-OffsetOutOfRangeError = _error_class("OffsetOutOfRangeError", ErrorCode.offset_out_of_range)
-CorruptMessageError = _error_class("CorruptMessageError", ErrorCode.corrupt_message)
-UnknownTopicOrPartitionError = _error_class("UnknownTopicOrPartitionError", ErrorCode.unknown_topic_or_partition)
-LeaderNotAvailableError = _error_class("LeaderNotAvailableError", ErrorCode.leader_not_available)
-NotLeaderOrFollowerError = _error_class("NotLeaderOrFollowerError", ErrorCode.not_leader_or_follower)
-RequestTimedOutError = _error_class("RequestTimedOutError", ErrorCode.request_timed_out)
-MessageSizeTooLargeError = _error_class("MessageSizeTooLargeError", ErrorCode.message_too_large)
-NetworkExceptionError = _error_class("NetworkExceptionError", ErrorCode.network_exception)
-CoordinatorLoadInProgressError = _error_class("CoordinatorLoadInProgressError", ErrorCode.coordinator_load_in_progress)
-CoordinatorNotAvailableError = _error_class("CoordinatorNotAvailableError", ErrorCode.coordinator_not_available)
-NotCoordinatorError = _error_class("NotCoordinatorError", ErrorCode.not_coordinator)
-InvalidTopicError = _error_class("InvalidTopicError", ErrorCode.invalid_topic_exception)
-RecordListTooLargeError = _error_class("RecordListTooLargeError", ErrorCode.record_list_too_large)
-NotEnoughReplicasError = _error_class("NotEnoughReplicasError", ErrorCode.not_enough_replicas)
-IllegalGenerationError = _error_class("IllegalGenerationError", ErrorCode.illegal_generation)
-InconsistentGroupProtocolError = _error_class("InconsistentGroupProtocolError", ErrorCode.inconsistent_group_protocol)
-UnknownMemberIdError = _error_class("UnknownMemberIdError", ErrorCode.unknown_member_id)
-InvalidSessionTimeoutError = _error_class("InvalidSessionTimeoutError", ErrorCode.invalid_session_timeout)
-RebalanceInProgressError = _error_class("RebalanceInProgressError", ErrorCode.rebalance_in_progress)
-TopicAuthorizationFailedError = _error_class("TopicAuthorizationFailedError", ErrorCode.topic_authorization_failed)
-UnsupportedVersionResponseError = _error_class("UnsupportedVersionResponseError", ErrorCode.unsupported_version)
-TopicAlreadyExistsError = _error_class("TopicAlreadyExistsError", ErrorCode.topic_already_exists)
-InvalidPartitionsError = _error_class("InvalidPartitionsError", ErrorCode.invalid_partitions)
-InvalidReplicationFactorError = _error_class("InvalidReplicationFactorError", ErrorCode.invalid_replication_factor)
-InvalidRequestError = _error_class("InvalidRequestError", ErrorCode.invalid_request)
-UnsupportedCompressionTypeError = _error_class("UnsupportedCompressionTypeError", ErrorCode.unsupported_compression_type)
-OutOfOrderSequenceNumberError = _error_class("OutOfOrderSequenceNumberError", ErrorCode.out_of_order_sequence_number)
-DuplicateSequenceNumberError = _error_class("DuplicateSequenceNumberError", ErrorCode.duplicate_sequence_number)
-InvalidProducerEpochError = _error_class("InvalidProducerEpochError", ErrorCode.invalid_producer_epoch)
-InvalidTxnStateError = _error_class("InvalidTxnStateError", ErrorCode.invalid_txn_state)
-InvalidProducerIdMappingError = _error_class("InvalidProducerIdMappingError", ErrorCode.invalid_producer_id_mapping)
-InvalidTransactionTimeoutError = _error_class("InvalidTransactionTimeoutError", ErrorCode.invalid_transaction_timeout)
-ConcurrentTransactionsError = _error_class("ConcurrentTransactionsError", ErrorCode.concurrent_transactions)
-TransactionCoordinatorFencedError = _error_class("TransactionCoordinatorFencedError", ErrorCode.transaction_coordinator_fenced)
-KafkaStorageError = _error_class("KafkaStorageError", ErrorCode.kafka_storage_error)
-UnknownProducerIdError = _error_class("UnknownProducerIdError", ErrorCode.unknown_producer_id)
-FencedInstanceIdError = _error_class("FencedInstanceIdError", ErrorCode.fenced_instance_id)
-MemberIdRequiredError = _error_class("MemberIdRequiredError", ErrorCode.member_id_required)
-UnstableOffsetCommitError = _error_class("UnstableOffsetCommitError", ErrorCode.unstable_offset_commit)
-ProducerFencedError = _error_class("ProducerFencedError", ErrorCode.producer_fenced)
-FencedLeaderEpochError = _error_class("FencedLeaderEpochError", ErrorCode.fenced_leader_epoch)
-UnknownLeaderEpochError = _error_class("UnknownLeaderEpochError", ErrorCode.unknown_leader_epoch)
 
+
+class UnknownServerError(BrokerResponseError):
+    code = -1  # UNKNOWN_SERVER_ERROR
+
+
+class OffsetOutOfRangeError(BrokerResponseError):
+    code = 1  # OFFSET_OUT_OF_RANGE
+
+
+class CorruptMessageError(BrokerResponseError):
+    code = 2  # CORRUPT_MESSAGE
+
+
+class UnknownTopicOrPartitionError(BrokerResponseError):
+    code = 3  # UNKNOWN_TOPIC_OR_PARTITION
+
+
+class LeaderNotAvailableError(BrokerResponseError):
+    code = 5  # LEADER_NOT_AVAILABLE
+
+
+class NotLeaderOrFollowerError(BrokerResponseError):
+    code = 6  # NOT_LEADER_OR_FOLLOWER
+
+
+class RequestTimedOutError(BrokerResponseError):
+    code = 7  # REQUEST_TIMED_OUT
+
+
+class MessageSizeTooLargeError(BrokerResponseError):
+    code = 10  # MESSAGE_TOO_LARGE
+
+
+class NetworkExceptionError(BrokerResponseError):
+    code = 13  # NETWORK_EXCEPTION
+
+
+class CoordinatorLoadInProgressError(BrokerResponseError):
+    code = 14  # COORDINATOR_LOAD_IN_PROGRESS
+
+
+class CoordinatorNotAvailableError(BrokerResponseError):
+    code = 15  # COORDINATOR_NOT_AVAILABLE
+
+
+class NotCoordinatorError(BrokerResponseError):
+    code = 16  # NOT_COORDINATOR
+
+
+class InvalidTopicError(BrokerResponseError):
+    code = 17  # INVALID_TOPIC_EXCEPTION
+
+
+class RecordListTooLargeError(BrokerResponseError):
+    code = 18  # RECORD_LIST_TOO_LARGE
+
+
+class NotEnoughReplicasError(BrokerResponseError):
+    code = 19  # NOT_ENOUGH_REPLICAS
+
+
+class IllegalGenerationError(BrokerResponseError):
+    code = 22  # ILLEGAL_GENERATION
+
+
+class InconsistentGroupProtocolError(BrokerResponseError):
+    code = 23  # INCONSISTENT_GROUP_PROTOCOL
+
+
+class UnknownMemberIdError(BrokerResponseError):
+    code = 25  # UNKNOWN_MEMBER_ID
+
+
+class InvalidSessionTimeoutError(BrokerResponseError):
+    code = 26  # INVALID_SESSION_TIMEOUT
+
+
+class RebalanceInProgressError(BrokerResponseError):
+    code = 27  # REBALANCE_IN_PROGRESS
+
+
+class TopicAuthorizationFailedError(BrokerResponseError):
+    code = 29  # TOPIC_AUTHORIZATION_FAILED
+
+
+class UnsupportedVersionResponseError(BrokerResponseError):
+    code = 35  # UNSUPPORTED_VERSION
+
+
+class TopicAlreadyExistsError(BrokerResponseError):
+    code = 36  # TOPIC_ALREADY_EXISTS
+
+
+class InvalidPartitionsError(BrokerResponseError):
+    code = 37  # INVALID_PARTITIONS
+
+
+class InvalidReplicationFactorError(BrokerResponseError):
+    code = 38  # INVALID_REPLICATION_FACTOR
+
+
+class InvalidRequestError(BrokerResponseError):
+    code = 42  # INVALID_REQUEST
+
+
+class UnsupportedCompressionTypeError(BrokerResponseError):
+    code = 76  # UNSUPPORTED_COMPRESSION_TYPE
+
+
+class OutOfOrderSequenceNumberError(BrokerResponseError):
+    code = 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class DuplicateSequenceNumberError(BrokerResponseError):
+    code = 46  # DUPLICATE_SEQUENCE_NUMBER
+
+
+class InvalidProducerEpochError(BrokerResponseError):
+    code = 47  # INVALID_PRODUCER_EPOCH
+
+
+class InvalidTxnStateError(BrokerResponseError):
+    code = 48  # INVALID_TXN_STATE
+
+
+class InvalidProducerIdMappingError(BrokerResponseError):
+    code = 49  # INVALID_PRODUCER_ID_MAPPING
+
+
+class InvalidTransactionTimeoutError(BrokerResponseError):
+    code = 50  # INVALID_TRANSACTION_TIMEOUT
+
+
+class ConcurrentTransactionsError(BrokerResponseError):
+    code = 51  # CONCURRENT_TRANSACTIONS
+
+
+class TransactionCoordinatorFencedError(BrokerResponseError):
+    code = 52  # TRANSACTION_COORDINATOR_FENCED
+
+
+class KafkaStorageError(BrokerResponseError):
+    code = 56  # KAFKA_STORAGE_ERROR
+
+
+class UnknownProducerIdError(BrokerResponseError):
+    code = 59  # UNKNOWN_PRODUCER_ID
+
+
+class FencedInstanceIdError(BrokerResponseError):
+    code = 82  # FENCED_INSTANCE_ID
+
+
+class MemberIdRequiredError(BrokerResponseError):
+    code = 79  # MEMBER_ID_REQUIRED
+
+
+class UnstableOffsetCommitError(BrokerResponseError):
+    code = 88  # UNSTABLE_OFFSET_COMMIT
+
+
+class ProducerFencedError(BrokerResponseError):
+    code = 90  # PRODUCER_FENCED
+
+
+class FencedLeaderEpochError(BrokerResponseError):
+    code = 74  # FENCED_LEADER_EPOCH
+
+
+class UnknownLeaderEpochError(BrokerResponseError):
+    code = 75  # UNKNOWN_LEADER_EPOCH
+
+
+# Every other code gets a generated class, so for_code() always has a precise type.
 for _code in ErrorCode:
     if int(_code) != 0 and int(_code) not in _BY_CODE:
-        _error_class("".join(p.title() for p in _code.name.split("_")) + "Error", _code)
+        type("".join(p.title() for p in _code.name.split("_")) + "Error", (BrokerResponseError,), {"code": int(_code)})
 
 
 def for_code(code: int) -> type[BrokerResponseError]:

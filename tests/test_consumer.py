@@ -5,23 +5,24 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-
 from kafkakit.consumer import Consumer, NoOffsetForPartitionError
 from kafkakit.errors import ConsumerStoppedError, IllegalStateError, OffsetOutOfRangeError
 from kafkakit.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
-Record = ConsumerRecord[Any, Any]
+Record: TypeAlias = ConsumerRecord[Any, Any]
 
 
 # -- helpers -------------------------------------------------------------------
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
+def create_topic(
+    bootstrap: str, topic: str, partitions: int = 1, config: dict[str, str] | None = None
+) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})], operation_timeout=30)
     for future in futures.values():
@@ -399,7 +400,7 @@ async def test_headers_and_timestamps_round_trip(bootstrap: str, topic: str) -> 
 
 
 async def test_large_records(bootstrap: str, topic: str) -> None:
-    await setup_topic(bootstrap, topic, **{"max.message.bytes": str(4 << 20)})
+    await setup_topic(bootstrap, topic, 1, **{"max.message.bytes": str(4 << 20)})
     big = [bytes([i]) * (1 << 20) for i in range(3)]
     await write(bootstrap, topic, big, extra={"message.max.bytes": 4 << 20, "linger.ms": 0})
     async with consumer_for(bootstrap) as consumer:
@@ -450,7 +451,12 @@ def produce_transactions(bootstrap: str, topic: str) -> None:
             producer.abort_transaction(30)
 
 
-async def test_transactions_read_committed_and_uncommitted(bootstrap: str, topic: str) -> None:
+async def test_transactions_read_committed_and_uncommitted(
+    bootstrap: str, topic: str, broker: Any, request: pytest.FixtureRequest
+) -> None:
+    if broker.kind == "broker_min":
+        # Strict: this starts failing (as XPASS) the day broker_min gains transactions.
+        request.applymarker(pytest.mark.xfail(reason="broker_min has no transactions yet", strict=True))
     await setup_topic(bootstrap, topic)
     await asyncio.to_thread(produce_transactions, bootstrap, topic)
     tp = TopicPartition(topic, 0)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from kafkakit.consumer import Consumer
 from kafkakit.consumer.fetcher import _Chunk, _decode_all, _decode_committed
 from kafkakit.errors import CorruptRecordError, IllegalStateError, KafkaConfigError, NotYetSupportedError
@@ -95,7 +94,7 @@ PID_COMMITTED = 8
 
 
 def _txn_batch(pid: int, base_offset: int, values: list[bytes]) -> bytes:
-    return encode_batch(
+    batch = encode_batch(
         [(None, v, 1000, []) for v in values],
         base_offset=base_offset,
         producer_id=pid,
@@ -103,6 +102,7 @@ def _txn_batch(pid: int, base_offset: int, values: list[bytes]) -> bytes:
         base_sequence=0,
         transactional=True,
     )
+    return bytes(batch)
 
 
 def _marker(pid: int, offset: int, commit: bool) -> bytes:
@@ -137,7 +137,9 @@ def test_without_aborted_list_everything_but_markers_is_returned() -> None:
 
 
 def test_records_before_the_fetch_offset_are_dropped() -> None:
-    chunk = _Chunk(encode_batch([(None, b"v%d" % i, 1000, []) for i in range(5)], base_offset=10), 12, 15, None)
+    chunk = _Chunk(
+        encode_batch([(None, b"v%d" % i, 1000, []) for i in range(5)], base_offset=10), 12, 15, None
+    )
     assert [r.offset for r in _decode_all(chunk, TP, True)] == [12, 13, 14]
 
 

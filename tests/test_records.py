@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import struct
 from typing import Any
@@ -10,7 +11,7 @@ import cramjam
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kafkakit.errors import CorruptRecordError, KafkaConfigError
+from kafkakit.errors import CorruptRecordError, KafkaConfigError, UnsupportedCompressionTypeError
 from kafkakit.records import (
     HEADER_SIZE,
     XERIAL_MAGIC,
@@ -387,3 +388,28 @@ def test_read_control_type_rejects_data_batches() -> None:
     batch = encode_values([b"x"], timestamp_ms=BASE_TS)
     with pytest.raises(CorruptRecordError):
         read_control_type(batch, 0, read_batch_header(batch))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    records=records_st,
+    codec=st.sampled_from([Compression.NONE, Compression.GZIP, Compression.SNAPPY]),
+    where=st.integers(min_value=0),
+    byte=st.integers(min_value=0, max_value=255),
+)
+def test_mangled_records_with_a_valid_crc_decode_or_raise_corrupt(
+    records: list[Any], codec: Compression, where: int, byte: int
+) -> None:
+    """A broker must turn any malformed-but-checksummed batch into a typed error, nothing else.
+
+    Any byte after the CRC may change: attributes, counts, deltas, lengths, payload.
+    """
+    batch = bytearray(encode_batch(records, compression=codec))
+    first = 21  # attributes: the first byte the CRC covers
+    batch[first + where % (len(batch) - first)] = byte
+    write_crc(batch, 0)
+    header = read_batch_header(batch)
+    with contextlib.suppress(CorruptRecordError, UnsupportedCompressionTypeError):
+        decode_batches(batch, "t", 0)
+    with contextlib.suppress(CorruptRecordError, UnsupportedCompressionTypeError):
+        decode_raw_records(batch, 0, header)

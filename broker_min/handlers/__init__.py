@@ -14,17 +14,19 @@ from typing import Any
 from kafkakit.broker.handlers import (
     api_versions,
     cluster,
+    coordinator,
     fetch,
     list_offsets,
     metadata,
     produce,
+    producer_id,
     topics,
 )
 from kafkakit.broker.handlers.base import ApiHandler
 from kafkakit.protocol import RequestHeaderInfo, response_class
 from kio.schema.errors import ErrorCode
 
-_MODULES = (api_versions, metadata, topics, produce, fetch, list_offsets, cluster)
+_MODULES = (api_versions, metadata, topics, produce, fetch, list_offsets, cluster, coordinator, producer_id)
 
 HANDLERS: dict[int, ApiHandler] = {h.api_key: h for m in _MODULES for h in m.HANDLERS}
 

@@ -5,6 +5,12 @@ librdkafka < 2.11.1 turns compression off unless it sees Produce v0.  kio has
 no schemas before v3, so v0-2 requests are decoded and answered by hand here:
 every partition gets UNSUPPORTED_VERSION in the layout that version expects.
 
+Idempotence: a record set whose first batch carries a producer id is checked
+against the partition's producer state first (see
+:mod:`kafkakit.broker.producer_state`): a retried batch is acknowledged with its
+original offsets and not appended; a fenced epoch or a sequence gap is refused.
+Batches without a producer id cost one byte comparison.
+
 Ordering: the handler appends every partition before its first ``await``
 (there is none), so requests pipelined on one connection, whose tasks start in
 arrival order, are appended in arrival order.
@@ -18,8 +24,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, CloseConnection, RawResponse, make, nested
-from kafkakit.broker.log import InvalidBatchError
-from kafkakit.broker.log.errors import LogError
+from kafkakit.broker.log import AppendResult, BatchHeader, LogError, PartitionLog, read_batch_header
+from kafkakit.broker.log.batch import HEADER_SIZE, LOG_OVERHEAD
+from kafkakit.broker.producer_state import ProducerStateError
 from kafkakit.protocol import RequestHeaderInfo, decode_request, response_class
 from kio.schema.errors import ErrorCode
 
@@ -29,6 +36,7 @@ if TYPE_CHECKING:
 API_KEY = 0
 FIRST_KIO_VERSION = 3
 _UTC = datetime.UTC
+_PRODUCER_ID_AT = 43  # offset of producerId in a v2 batch
 
 
 async def handle_produce(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
@@ -65,20 +73,69 @@ def _append(state: BrokerState, topic: str, partition: int, records: bytes | Non
         return {"error_code": ErrorCode.unknown_topic_or_partition}
     if not records:
         return {"error_code": ErrorCode.corrupt_message, "error_message": "empty record set"}
+    # Byte 43 starts the first batch's producer id: a set bit 7 means -1, a
+    # non-idempotent batch, which skips producer state entirely.
+    if len(records) > _PRODUCER_ID_AT and records[_PRODUCER_ID_AT] < 0x80:
+        return _append_idempotent(state, log, records)
     try:
         result = log.append(records)
-    except InvalidBatchError as exc:
-        return {"error_code": ErrorCode(exc.code), "error_message": str(exc)}
     except LogError as exc:
         return {"error_code": ErrorCode(exc.code), "error_message": str(exc)}
+    if len(result.batches) > 1:
+        # A later batch of the set may carry a producer id; keep a built state current.
+        producer_state = state.producer_states.loaded(log)
+        if producer_state is not None:
+            producer_state.record(result.batches)
     state.notify_append(topic, partition)
+    return _appended(result)
+
+
+def _append_idempotent(state: BrokerState, log: PartitionLog, records: bytes) -> dict[str, Any]:
+    """Append with producer epoch/sequence checks; a duplicate gets its original offsets."""
+    producer_state = state.producer_states.for_log(log)
+    try:
+        duplicate = producer_state.check(_batch_headers(records))
+    except ProducerStateError as exc:
+        return {"error_code": ErrorCode(exc.code), "error_message": str(exc)}
+    if duplicate is not None:
+        return {
+            "error_code": ErrorCode.none,
+            "base_offset": duplicate.base_offset,
+            "log_append_time": _timestamp(duplicate.timestamp) if log.config.log_append_time else None,
+            "log_start_offset": log.log_start_offset,
+        }
+    try:
+        result = log.append(records)
+    except LogError as exc:
+        return {"error_code": ErrorCode(exc.code), "error_message": str(exc)}
+    producer_state.record(result.batches)
+    state.notify_append(log.topic, log.partition)
+    return _appended(result)
+
+
+def _batch_headers(records: bytes) -> list[BatchHeader]:
+    """The headers of the batches in ``records`` as far as they parse (the log rejects the rest)."""
+    headers = []
+    pos, end = 0, len(records)
+    while end - pos >= HEADER_SIZE:
+        header = read_batch_header(records, pos)
+        if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+            break
+        headers.append(header)
+        pos += header.batch_length + LOG_OVERHEAD
+    return headers
+
+
+def _timestamp(ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(ms / 1000, _UTC)
+
+
+def _appended(result: AppendResult) -> dict[str, Any]:
     append_time_ms = result.log_append_time_ms
     return {
         "error_code": ErrorCode.none,
         "base_offset": result.base_offset,
-        "log_append_time": None
-        if append_time_ms < 0
-        else datetime.datetime.fromtimestamp(append_time_ms / 1000, _UTC),
+        "log_append_time": None if append_time_ms < 0 else _timestamp(append_time_ms),
         "log_start_offset": result.log_start_offset,
     }
 

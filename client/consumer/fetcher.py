@@ -31,7 +31,7 @@ from kafkakit.errors import (
     for_code,
 )
 from kafkakit.protocol.framing import ApiKey
-from kafkakit.records import decode_batch, iter_batch_headers, read_control_type, verify_crc
+from kafkakit.records import decode_batch, decode_batches, iter_batch_headers, read_control_type, verify_crc
 from kafkakit.structs import ConsumerRecord, TopicPartition
 
 from .offsets import EARLIEST, LATEST, READ_COMMITTED, list_offsets
@@ -579,23 +579,11 @@ class Fetcher:
 
 
 def _decode_all(chunk: _Chunk, tp: TopicPartition, check_crc: bool) -> list[Record]:
-    """Every data record of the chunk at or after its fetch offset."""
-    data = chunk.data
-    topic, partition, min_offset = tp.topic, tp.partition, chunk.fetch_offset
-    out: list[Record] = []
-    for pos, header in iter_batch_headers(data):
-        if header.attributes & 0x20 or header.base_offset + header.last_offset_delta < min_offset:
-            continue  # control batch, or wholly before the position
-        if check_crc and not verify_crc(data, pos, header):
-            raise CorruptRecordError(
-                f"CRC mismatch in the batch at offset {header.base_offset} of {topic}-{partition}"
-            )
-        records = decode_batch(data, pos, header, topic, partition, min_offset=min_offset)
-        if out:
-            out.extend(records)
-        else:
-            out = records
-    return out
+    """Every data record of the chunk at or after its fetch offset (control batches skipped)."""
+    records: list[Record] = decode_batches(
+        chunk.data, tp.topic, tp.partition, check_crc=check_crc, min_offset=chunk.fetch_offset
+    )
+    return records
 
 
 def _decode_committed(chunk: _Chunk, tp: TopicPartition, check_crc: bool) -> list[Record]:

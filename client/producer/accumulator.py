@@ -54,6 +54,7 @@ class ProducerBatch:
         "last_error",
         "timestamp",
         "solo",
+        "reserved",
     )
 
     def __init__(
@@ -71,6 +72,7 @@ class ProducerBatch:
         self.retry_at = 0.0
         self.last_error: BaseException | None = None
         self.timestamp = -1  # the one timestamp of a pre-encoded bulk batch
+        self.reserved = -1  # buffer memory held; -1: size minus the header (record batches)
         self.solo = False  # never coalesce with neighbours (the broker found a coalesced batch too large)
 
     def __repr__(self) -> str:
@@ -219,9 +221,12 @@ class Accumulator:
         return RecordFuture(batch, len(records) - 1, timestamp)
 
     def append_encoded(
-        self, pq: PartitionQueue, data: bytes, record_count: int, timestamp: int, size: int
+        self, pq: PartitionQueue, data: bytes, record_count: int, timestamp: int, size: int, reserved: int
     ) -> ProducerBatch:
-        """Queue an already-encoded batch (the bulk path) behind ``pq``'s current batches."""
+        """Queue an already-encoded batch (the bulk path) behind ``pq``'s current batches.
+
+        ``reserved`` is the buffer memory the caller took for it, given back on completion.
+        """
         pq.open = None  # records sent later must not jump ahead of this batch
         batch = ProducerBatch(
             pq.tp, pq.next_seq, time.monotonic(), asyncio.get_running_loop().create_future()
@@ -231,6 +236,7 @@ class Accumulator:
         batch.record_count = record_count
         batch.size = size
         batch.timestamp = timestamp
+        batch.reserved = reserved
         pq.batches.append(batch)
         self._incomplete.add(batch)
         self.wake_sender()
@@ -353,7 +359,7 @@ class Accumulator:
             self._incomplete.discard(batch)
             batch.records = []
             batch.encoded = None
-            self.release(batch.size)
+            self.release(batch.size - BATCH_HEADER_SIZE if batch.reserved < 0 else batch.reserved)
 
     def expire(self, pq: PartitionQueue, now: float, delivery_timeout: float) -> None:
         """Fail queued batches of ``pq`` older than the delivery timeout."""

@@ -86,9 +86,22 @@ class Producer:
     same event-loop turn already share a batch, because the sender runs only when
     the application yields; a linger only helps when records trickle in.
 
+    ``max_batch_size`` is the size at which a partition's open batch counts as
+    full (and keyless records move to another sticky partition).  When several
+    full batches of one partition wait, the sender coalesces them into one
+    record batch of up to ``max_request_size``, since Kafka takes one batch per
+    partition per request.
+
     ``max_in_flight_requests_per_connection`` above 1 pipelines Produce requests;
     a retry may then reorder a partition's records, as in Kafka without
     idempotence.  Use 1 for strict per-partition order across retries.
+
+    ``send()`` raises at once for bad input: :class:`RecordTooLargeError` for a
+    record larger than ``max_request_size`` (or ``buffer_memory``), TypeError for
+    a key, value, header or timestamp of the wrong type.  Delivery errors
+    (non-retriable broker errors such as MESSAGE_TOO_LARGE, or
+    :class:`KafkaTimeoutError` once ``delivery_timeout_ms`` passes while retrying)
+    arrive on the awaitable ``send()`` returned.
     """
 
     def __init__(
@@ -302,6 +315,8 @@ class Producer:
                 pq = await self._explicit_partition(topic, partition)
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
+        elif timestamp_ms.__class__ is not int:
+            raise TypeError(f"timestamp_ms must be an int (milliseconds), not {type(timestamp_ms).__name__}")
         acc = self._acc
         if acc.buffered + size <= acc.buffer_memory and not acc.room_waiters:
             acc.buffered += size
@@ -473,6 +488,8 @@ class Producer:
                 header_sizes.append(hsize)
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
+        elif timestamp_ms.__class__ is not int:
+            raise TypeError(f"timestamp_ms must be an int (milliseconds), not {type(timestamp_ms).__name__}")
         result = SendBatchFuture(topic, count, timestamp_ms)
         if not count:
             return result
@@ -567,9 +584,10 @@ class Producer:
             index: range | list[int] = range(start, stop) if selected is None else selected[start:stop]
             data = self._encode_bulk(index, values, keys, header_lists, timestamp_ms)
             size = ends[stop - 1] - base + BATCH_HEADER_SIZE
-            await self._acc.reserve(min(size, self._buffer_memory))
+            reserved = min(size, self._buffer_memory)
+            await self._acc.reserve(reserved)
             target = pq if pq is not None else self._next_sticky_queue(topic, state)
-            batch = self._acc.append_encoded(target, data, len(index), timestamp_ms, size)
+            batch = self._acc.append_encoded(target, data, len(index), timestamp_ms, size, reserved)
             result.add(batch, index)
             start = stop
 
@@ -761,5 +779,6 @@ def _check_headers(headers: Sequence[Header]) -> tuple[list[Header], int]:
         if value is not None and value.__class__ is not bytes:
             value = _as_bytes(value, "header value")
         checked.append((name, value))
-        size += len(name) * 3 + (len(value) if value is not None else 0) + 6
+        name_size = len(name) if name.isascii() else len(name.encode("utf-8"))
+        size += name_size + (len(value) if value is not None else 0) + 6
     return checked, size

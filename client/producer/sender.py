@@ -5,6 +5,14 @@ connection, writes up to ``max_in_flight`` pipelined Produce requests
 (``send_frame`` returns the response future without awaiting it).  Responses
 are handled in done-callbacks, so no task or coroutine exists per request.
 
+Coalescing: Kafka accepts one record batch per partition per request, so a
+backlog of ``max_batch_size`` batches would cost one round trip each.  When
+several ready batches of one partition are queued, the sender encodes them as
+one record batch of up to ``max_request_size``; the broker then sees few large
+batches, which is what makes ``send()`` fast.  If the broker rejects such a
+batch as too large (its ``message.max.bytes`` is lower), the batches are resent
+one by one.
+
 Retries: a retriable failure (a partition error such as NOT_LEADER_OR_FOLLOWER,
 a lost connection, a request timeout) puts the batch back at its place in its
 partition's queue after ``retry_backoff_ms`` and asks for fresh metadata, so
@@ -346,6 +354,7 @@ class Sender:
         for pq, group in request.groups:
             tp = pq.tp
             result = results.get((tp.topic, tp.partition))
+            error: BaseException
             if result is None:
                 error = UnknownServerError(f"no Produce result for {tp.topic}-{tp.partition}")
                 for batch in reversed(group):

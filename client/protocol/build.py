@@ -47,7 +47,7 @@ def _fields(cls: type) -> tuple[_FieldInfo, ...]:
         tp = _unwrap_optional(hints[f.name])
         is_tuple = typing.get_origin(tp) is tuple
         inner = typing.get_args(tp)[0] if is_tuple else tp
-        entity = inner if dataclasses.is_dataclass(inner) else None
+        entity = inner if isinstance(inner, type) and dataclasses.is_dataclass(inner) else None
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         infos.append(_FieldInfo(f.name, f.metadata.get("kafka_type"), entity, is_tuple, required))
     return tuple(infos)

@@ -69,14 +69,22 @@ def response_class(api_key: int, version: int) -> Any:
     return load_response_schema(api_key, version)
 
 
-@cache
+_WRITERS: dict[type, Callable[[Any, Any], None]] = {}
+_READERS: dict[type, Callable[[Any, int], tuple[Any, int]]] = {}
+
+
 def _writer(cls: type) -> Callable[[Any, Any], None]:
-    return entity_writer(cls)  # type: ignore[no-any-return]
+    writer = _WRITERS.get(cls)
+    if writer is None:
+        writer = _WRITERS[cls] = entity_writer(cls)
+    return writer
 
 
-@cache
 def _reader(cls: type) -> Callable[[Any, int], tuple[Any, int]]:
-    return entity_reader(cls)  # type: ignore[no-any-return]
+    reader = _READERS.get(cls)
+    if reader is None:
+        reader = _READERS[cls] = entity_reader(cls)
+    return reader
 
 
 def encode_request(correlation_id: int, client_id: str | None, payload: Any) -> bytes:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from crc32c import crc32c
-from kafkakit.errors import CorruptRecordError
+from kafkakit.errors import CorruptRecordError, UnsupportedCompressionTypeError
 
 from .compression import Compression
 
@@ -82,7 +82,10 @@ class BatchHeader:
 
     @property
     def compression(self) -> Compression:
-        return Compression(self.attributes & CODEC_MASK)
+        codec = self.attributes & CODEC_MASK
+        if codec > Compression.ZSTD:
+            raise UnsupportedCompressionTypeError(f"codec id {codec} in record batch attributes")
+        return Compression(codec)
 
     @property
     def timestamp_type(self) -> int:

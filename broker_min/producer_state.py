@@ -1,0 +1,350 @@
+"""Idempotent producers: producer id allocation and per-partition sequence state.
+
+Two pieces, both owned by :class:`~kafkakit.broker.state.BrokerState`:
+
+* :class:`ProducerIdAllocator` hands out producer ids in blocks of
+  :data:`PRODUCER_ID_BLOCK_SIZE`, as Kafka's controller does.  The end of the
+  current block is persisted (fsynced) *before* any id of it is handed out, so
+  ids stay unique across restarts and crashes; a restart skips the unused rest
+  of a block.
+* :class:`ProducerStateRegistry` keeps, per partition and producer id, the
+  epoch and the last :data:`BATCHES_TO_RETAIN` batches' sequence and offset
+  ranges (Kafka's ``ProducerStateManager``).  A partition's state is built on
+  its first idempotent produce by scanning the batch headers of its log, so a
+  restarted broker still recognises a retried batch, and partitions that only
+  see non-idempotent traffic never pay for it.
+
+Validation follows Apache Kafka's ``ProducerAppendInfo`` (3.x/4.x):
+
+* a batch equal (epoch, first and last sequence) to one of the last five is a
+  duplicate: acknowledged with the original offsets, nothing appended;
+* an epoch older than the known one is INVALID_PRODUCER_EPOCH (Produce never
+  answers PRODUCER_FENCED since Kafka 2.7);
+* a newer epoch must start at sequence 0, else OUT_OF_ORDER_SEQUENCE_NUMBER;
+* the same epoch must continue at last sequence + 1 (wrapping after int32
+  max), else OUT_OF_ORDER_SEQUENCE_NUMBER;
+* an unknown producer id is accepted at any sequence (its state may have been
+  removed with the log's head, KIP-360), so no UNKNOWN_PRODUCER_ID.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import deque
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from kafkakit.broker.log import AppendedBatch, BatchHeader, PartitionLog
+
+log = logging.getLogger("kafkakit.broker")
+
+BATCHES_TO_RETAIN = 5
+INT32_MAX = 2**31 - 1
+NO_EPOCH = -1
+NO_SEQUENCE = -1
+MAX_EPOCH = 2**15 - 1
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+INVALID_PRODUCER_EPOCH = 47
+
+PRODUCER_ID_BLOCK_SIZE = 1000
+PRODUCER_IDS_FILE = ".kafkakit-producer-ids"
+_NEXT_BLOCK_KEY = "next.block.start"
+# InitProducerId epoch bumps are remembered for this many producer ids; a
+# forgotten one simply gets a fresh id, which is always safe.
+MAX_TRACKED_EPOCHS = 100_000
+
+
+# -- producer ids -----------------------------------------------------------------------------
+
+
+class ProducerIdAllocator:
+    """Unique producer ids for this data directory, and their epochs for KIP-360 bumps."""
+
+    def __init__(self, data_dir: Path, block_size: int = PRODUCER_ID_BLOCK_SIZE) -> None:
+        self._path = data_dir / PRODUCER_IDS_FILE
+        self._block_size = block_size
+        self._next_block_start = _read_next_block_start(self._path)
+        self._next_id = self._next_block_start
+        self._block_end = self._next_block_start  # empty: the first allocation reserves a block
+        self._epochs: dict[int, int] = {}
+
+    def allocate(self) -> int:
+        """A producer id never handed out before by this data directory (epoch 0)."""
+        if self._next_id >= self._block_end:
+            self._reserve_block()
+        producer_id = self._next_id
+        self._next_id += 1
+        self._remember(producer_id, 0)
+        return producer_id
+
+    def bump_epoch(self, producer_id: int, epoch: int) -> tuple[int, int]:
+        """``(id, epoch)`` for a producer that presents its current id and epoch (KIP-360).
+
+        The same id with ``epoch + 1`` when this broker handed out exactly that
+        pair and the epoch can still grow; otherwise a fresh id with epoch 0, as
+        Kafka always does for non-transactional producers (it is never wrong:
+        every partition accepts a new producer id at any sequence).
+        """
+        if self._epochs.get(producer_id) == epoch and epoch + 1 < MAX_EPOCH:
+            self._remember(producer_id, epoch + 1)
+            return producer_id, epoch + 1
+        return self.allocate(), 0
+
+    def _remember(self, producer_id: int, epoch: int) -> None:
+        epochs = self._epochs
+        epochs.pop(producer_id, None)
+        epochs[producer_id] = epoch
+        if len(epochs) > MAX_TRACKED_EPOCHS:
+            del epochs[next(iter(epochs))]  # the least recently used id
+
+    def _reserve_block(self) -> None:
+        start = self._next_block_start
+        end = start + self._block_size
+        _write_next_block_start(self._path, end)
+        self._next_block_start = end
+        self._next_id, self._block_end = start, end
+
+
+def _read_next_block_start(path: Path) -> int:
+    try:
+        text = path.read_text("utf-8")
+    except FileNotFoundError:
+        return 0
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == _NEXT_BLOCK_KEY:
+            try:
+                start = int(value.strip())
+            except ValueError:
+                break
+            if start >= 0:
+                return start
+    raise ValueError(f"{path} is corrupt: expected a line '{_NEXT_BLOCK_KEY}=<non-negative int>'")
+
+
+def _write_next_block_start(path: Path, start: int) -> None:
+    """Persist durably (temp file, fsync, rename, fsync dir) so no id is ever reused."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(f"{_NEXT_BLOCK_KEY}={start}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- per-partition producer state -------------------------------------------------------------
+
+
+class ProducerStateError(Exception):
+    """A batch breaks its producer's epoch or sequence; ``code`` is the Kafka error code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class BatchMetadata(NamedTuple):
+    """What is remembered of one of a producer's recent batches."""
+
+    first_seq: int
+    last_seq: int
+    base_offset: int
+    last_offset: int
+    timestamp: int  # the batch's max timestamp as stored (the append time under LogAppendTime)
+
+
+class _ProducerEntry:
+    __slots__ = ("batches", "epoch")
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.batches: deque[BatchMetadata] = deque(maxlen=BATCHES_TO_RETAIN)
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.epoch:
+            return None
+        for batch in self.batches:
+            if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                return batch
+        return None
+
+    def add(self, epoch: int, batch: BatchMetadata) -> None:
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self.batches.clear()
+        self.batches.append(batch)
+
+
+def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
+    """The sequence of a batch's last record: sequences wrap to 0 after int32 max."""
+    last = base_sequence + last_offset_delta
+    return last - INT32_MAX - 1 if last > INT32_MAX else last
+
+
+def _in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+class PartitionProducerState:
+    """Producer id -> epoch and recent batches, for one partition."""
+
+    def __init__(self) -> None:
+        self._producers: dict[int, _ProducerEntry] = {}
+
+    def __len__(self) -> int:
+        return len(self._producers)
+
+    @classmethod
+    def load(cls, partition_log: PartitionLog) -> PartitionProducerState:
+        """Rebuild from the batch headers stored in ``partition_log`` (no sequence checks)."""
+        state = cls()
+        for header, _ in partition_log.iter_batches():
+            if header.producer_id >= 0:
+                state._apply_header(header)
+        return state
+
+    def check(self, headers: Sequence[BatchHeader]) -> BatchMetadata | None:
+        """Validate the batches of one produced record set against this state, changing nothing.
+
+        Returns the stored batch when one of them duplicates a recent batch (the
+        whole record set is then acknowledged with its offsets and not
+        appended, as Kafka does); raises :class:`ProducerStateError` for a
+        fenced epoch or a sequence gap.
+        """
+        # Epoch and last sequence per producer as the earlier batches of this set leave them.
+        pending: dict[int, tuple[int, int]] = {}
+        for header in headers:
+            producer_id = header.producer_id
+            if producer_id < 0 or header.is_control:
+                continue
+            epoch, first_seq = header.producer_epoch, header.base_sequence
+            last_seq = last_sequence(first_seq, header.last_offset_delta)
+            entry = self._producers.get(producer_id)
+            current = pending.get(producer_id)
+            if current is None and entry is not None:
+                duplicate = entry.find_duplicate(epoch, first_seq, last_seq)
+                if duplicate is not None:
+                    return duplicate
+                current = (entry.epoch, entry.last_seq)
+            if current is not None and current[0] != NO_EPOCH:
+                _check_epoch_and_sequence(producer_id, epoch, first_seq, *current)
+            pending[producer_id] = (epoch, last_seq)
+        return None
+
+    def record(self, batches: Iterable[AppendedBatch]) -> None:
+        """Remember the batches just appended (after :meth:`check` passed and the log took them)."""
+        for batch in batches:
+            producer_id = batch.producer_id
+            if producer_id < 0:
+                continue
+            entry = self._entry(producer_id, batch.producer_epoch)
+            if batch.is_control:
+                if batch.producer_epoch > entry.epoch:
+                    entry.epoch = batch.producer_epoch
+                    entry.batches.clear()
+                continue
+            entry.add(
+                batch.producer_epoch,
+                BatchMetadata(
+                    batch.base_sequence,
+                    last_sequence(batch.base_sequence, batch.last_offset - batch.base_offset),
+                    batch.base_offset,
+                    batch.last_offset,
+                    batch.max_timestamp,
+                ),
+            )
+
+    def _apply_header(self, header: BatchHeader) -> None:
+        entry = self._entry(header.producer_id, header.producer_epoch)
+        if header.is_control:
+            if header.producer_epoch > entry.epoch:
+                entry.epoch = header.producer_epoch
+                entry.batches.clear()
+            return
+        entry.add(
+            header.producer_epoch,
+            BatchMetadata(
+                header.base_sequence,
+                last_sequence(header.base_sequence, header.last_offset_delta),
+                header.base_offset,
+                header.base_offset + header.last_offset_delta,
+                header.max_timestamp,
+            ),
+        )
+
+    def _entry(self, producer_id: int, epoch: int) -> _ProducerEntry:
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            entry = self._producers[producer_id] = _ProducerEntry(epoch)
+        return entry
+
+
+def _check_epoch_and_sequence(
+    producer_id: int, epoch: int, first_seq: int, current_epoch: int, current_last_seq: int
+) -> None:
+    if epoch < current_epoch:
+        raise ProducerStateError(
+            INVALID_PRODUCER_EPOCH,
+            f"producer {producer_id} epoch {epoch} is older than the current epoch {current_epoch}",
+        )
+    if epoch != current_epoch:
+        if first_seq != 0:
+            raise ProducerStateError(
+                OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"producer {producer_id} started epoch {epoch} at sequence {first_seq}, not 0",
+            )
+    elif not _in_sequence(current_last_seq, first_seq):
+        raise ProducerStateError(
+            OUT_OF_ORDER_SEQUENCE_NUMBER,
+            f"producer {producer_id} epoch {epoch} sent sequence {first_seq} after {current_last_seq}",
+        )
+
+
+class ProducerStateRegistry:
+    """The :class:`PartitionProducerState` of every partition that has seen an idempotent batch."""
+
+    def __init__(self) -> None:
+        self._states: dict[tuple[str, int], tuple[PartitionLog, PartitionProducerState]] = {}
+
+    def for_log(self, partition_log: PartitionLog) -> PartitionProducerState:
+        """The state of ``partition_log``'s partition, scanning the log on first use.
+
+        The log object is part of the key, so a topic deleted and recreated
+        under the same name starts from its new (empty) log.
+        """
+        key = (partition_log.topic, partition_log.partition)
+        found = self._states.get(key)
+        if found is not None and found[0] is partition_log:
+            return found[1]
+        state = PartitionProducerState.load(partition_log)
+        self._states[key] = (partition_log, state)
+        if len(state):
+            log.info(
+                "rebuilt state of %d producer(s) for %s-%d from the log",
+                len(state),
+                partition_log.topic,
+                partition_log.partition,
+            )
+        return state
+
+    def loaded(self, partition_log: PartitionLog) -> PartitionProducerState | None:
+        """The state of ``partition_log`` if it was already built, else None (it will scan later)."""
+        found = self._states.get((partition_log.topic, partition_log.partition))
+        return found[1] if found is not None and found[0] is partition_log else None
+
+    def forget_topic(self, topic: str) -> None:
+        """Drop the state of a deleted topic's partitions."""
+        for key in [k for k in self._states if k[0] == topic]:
+            del self._states[key]

@@ -1,0 +1,88 @@
+"""The default partitioner must place keys exactly where the Java client does."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from kafka.partitioner.default import murmur2 as kafka_python_murmur2
+from kafkakit.producer.partitioner import StickyPartitions, default_partitioner, murmur2, partition_for_key
+
+# Apache Kafka's UtilsTest.testMurmur2 (clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java).
+JAVA_MURMUR2 = {
+    b"21": -973932308,
+    b"foobar": -790332482,
+    b"a-little-bit-long-string": -985981536,
+    b"a-little-bit-longer-string": -1486304829,
+    b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+    b"abc": 479470107,
+}
+
+# BuiltInPartitioner.partitionForKey(key, n) from kafka-clients 4.3.1, run on the JVM,
+# for n in (1, 3, 6, 12, 100).
+JAVA_PARTITIONS = {
+    "": (0, 0, 3, 9, 81),
+    "a": (0, 1, 4, 4, 24),
+    "key-1": (0, 0, 0, 0, 40),
+    "key-2": (0, 2, 2, 2, 2),
+    "user-42": (0, 1, 4, 4, 60),
+    "order:12345": (0, 0, 0, 0, 16),
+    "été": (0, 1, 1, 1, 73),
+    "0123456789abcdef": (0, 0, 0, 0, 52),
+}
+PARTITION_COUNTS = (1, 3, 6, 12, 100)
+
+
+@pytest.mark.parametrize(("data", "expected"), JAVA_MURMUR2.items())
+def test_murmur2_matches_java_utils_test(data: bytes, expected: int) -> None:
+    assert murmur2(data) == expected
+
+
+@pytest.mark.parametrize(("key", "expected"), JAVA_PARTITIONS.items())
+def test_partition_for_key_matches_java_builtin_partitioner(key: str, expected: tuple[int, ...]) -> None:
+    assert tuple(partition_for_key(key.encode(), n) for n in PARTITION_COUNTS) == expected
+
+
+@given(st.binary(max_size=200))
+def test_murmur2_matches_kafka_python(data: bytes) -> None:
+    reference = kafka_python_murmur2(data)  # kafka-python returns the unsigned 32-bit value
+    assert murmur2(data) & 0xFFFFFFFF == reference & 0xFFFFFFFF
+    assert -(2**31) <= murmur2(data) < 2**31
+
+
+def test_default_partitioner_uses_all_partitions_for_keys() -> None:
+    # A key's partition must not depend on which partitions are available (Java behaviour).
+    key = b"user-42"
+    assert default_partitioner(key, [0, 1, 2, 3, 4, 5], [0]) == JAVA_PARTITIONS["user-42"][2]
+
+
+def test_default_partitioner_picks_an_available_partition_for_null_keys() -> None:
+    picks = {default_partitioner(None, [0, 1, 2, 3], [1, 3]) for _ in range(200)}
+    assert picks == {1, 3}
+
+
+def test_sticky_partition_holds_until_switched() -> None:
+    sticky = StickyPartitions()
+    first = sticky.get("t", [0, 1, 2], [0, 1, 2])
+    assert all(sticky.get("t", [0, 1, 2], [0, 1, 2]) == first for _ in range(50))
+    switched = sticky.next("t", [0, 1, 2], [0, 1, 2], first)
+    assert switched != first
+    assert sticky.get("t", [0, 1, 2], [0, 1, 2]) == switched
+
+
+def test_sticky_switch_spreads_over_available_partitions() -> None:
+    sticky = StickyPartitions()
+    counts: collections.Counter[int] = collections.Counter()
+    current = -1
+    for _ in range(3000):
+        current = sticky.next("t", [0, 1, 2, 3], [0, 2, 3], current)
+        counts[current] += 1
+    assert set(counts) == {0, 2, 3}
+    assert min(counts.values()) > 600  # roughly uniform
+
+
+def test_sticky_with_one_partition() -> None:
+    sticky = StickyPartitions()
+    assert sticky.next("t", [0], [0], 0) == 0

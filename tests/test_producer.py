@@ -1,0 +1,352 @@
+"""The Producer against real brokers; records are read back with confluent-kafka's consumer."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer
+from confluent_kafka import TopicPartition as CTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafkakit.errors import (
+    KafkaTimeoutError,
+    MessageSizeTooLargeError,
+    RecordTooLargeError,
+    UnknownTopicOrPartitionError,
+)
+from kafkakit.producer import Producer, partition_for_key
+from kafkakit.structs import RecordMetadata
+
+from tests.brokers import BrokerMinProcess, RunningBroker
+
+
+@dataclass
+class Consumed:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+    timestamp: int
+
+
+def _consume(bootstrap: str, topic: str, partitions: list[int], count: int, timeout: float) -> list[Consumed]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{topic}",
+            "enable.auto.commit": False,
+            "fetch.message.max.bytes": 2_000_000,
+        }
+    )
+    try:
+        consumer.assign([CTopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        records: list[Consumed] = []
+        deadline = time.monotonic() + timeout
+        while len(records) < count and time.monotonic() < deadline:
+            for message in consumer.consume(num_messages=10_000, timeout=0.5):
+                if message.error() is not None:
+                    continue  # e.g. partition EOF notices
+                records.append(
+                    Consumed(
+                        message.partition(),
+                        message.offset(),
+                        message.key(),
+                        message.value(),
+                        list(message.headers() or []),
+                        message.timestamp()[1],
+                    )
+                )
+        return records
+    finally:
+        consumer.close()
+
+
+async def consume(
+    bootstrap: str, topic: str, count: int, partitions: list[int] | None = None, timeout: float = 30
+) -> list[Consumed]:
+    """Read ``count`` records of ``topic`` from the beginning (sorted by partition, offset)."""
+    records = await asyncio.to_thread(_consume, bootstrap, topic, partitions or [0], count, timeout)
+    assert len(records) == count, f"expected {count} records in {topic}, read {len(records)}"
+    return sorted(records, key=lambda r: (r.partition, r.offset))
+
+
+def _create_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config)],
+        operation_timeout=10,
+    )
+    futures[topic].result(timeout=30)
+
+
+async def create_topic(
+    bootstrap: str, topic: str, partitions: int, config: dict[str, str] | None = None
+) -> None:
+    await asyncio.to_thread(_create_topic, bootstrap, topic, partitions, config or {})
+
+
+def producer_for(broker: RunningBroker, **settings: Any) -> Producer:
+    return Producer(bootstrap_servers=broker.bootstrap_servers, request_timeout_ms=15000, **settings)
+
+
+# -- round trips ---------------------------------------------------------------------------
+
+
+async def test_records_round_trip_with_keys_headers_timestamps_partitions(
+    broker: RunningBroker, topic: str
+) -> None:
+    await create_topic(broker.bootstrap_servers, topic, 3)
+    sent: list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]], int]] = []
+    futures = []
+    async with producer_for(broker) as producer:
+        assert await producer.partitions_for(topic) == {0, 1, 2}
+        for i in range(30):
+            partition = i % 3
+            key = None if i % 5 == 0 else f"key-{i}".encode()
+            value = None if i == 7 else f"value-{i}".encode() * (i + 1)
+            headers = [("n", str(i).encode()), ("empty", None)] if i % 2 else []
+            timestamp = 1_700_000_000_000 + i
+            futures.append(
+                await producer.send(
+                    topic, value, key=key, partition=partition, timestamp_ms=timestamp, headers=headers
+                )
+            )
+            sent.append((partition, key, value, headers, timestamp))
+        metadata: list[RecordMetadata] = [await f for f in futures]
+    records = await consume(broker.bootstrap_servers, topic, 30, [0, 1, 2])
+    by_position = {(r.partition, r.offset): r for r in records}
+    for (partition, key, value, headers, timestamp), meta in zip(sent, metadata, strict=True):
+        assert (meta.topic, meta.partition, meta.timestamp) == (topic, partition, timestamp)
+        record = by_position[(meta.partition, meta.offset)]
+        assert (record.key, record.value, record.timestamp) == (key, value, timestamp)
+        assert record.headers == headers
+
+
+async def test_keyed_records_land_where_java_puts_them(broker: RunningBroker, topic: str) -> None:
+    await create_topic(broker.bootstrap_servers, topic, 6)
+    async with producer_for(broker) as producer:
+        for i in range(40):
+            key = f"user-{i}".encode()
+            meta = await producer.send_and_wait(topic, b"v", key=key)
+            assert meta.partition == partition_for_key(key, 6)
+
+
+async def test_keyless_records_stick_to_one_partition_per_batch(broker: RunningBroker, topic: str) -> None:
+    await create_topic(broker.bootstrap_servers, topic, 4)
+    async with producer_for(broker) as producer:
+        await producer.partitions_for(topic)
+        futures = [await producer.send(topic, b"small") for _ in range(20)]
+        partitions = {(await f).partition for f in futures}
+    assert len(partitions) == 1  # KIP-480: one batch, one partition
+
+
+async def test_serializers(broker: RunningBroker, topic: str) -> None:
+    async with producer_for(
+        broker, key_serializer=str.encode, value_serializer=lambda v: repr(v).encode()
+    ) as producer:
+        await producer.send_and_wait(topic, {"a": 1}, key="k")
+    [record] = await consume(broker.bootstrap_servers, topic, 1)
+    assert (record.key, record.value) == (b"k", b"{'a': 1}")
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd", None])
+async def test_every_codec(broker: RunningBroker, topic: str, codec: str | None) -> None:
+    values = [f"{codec}-{i}-".encode() * (i % 50 + 1) for i in range(300)]
+    async with producer_for(broker, compression_type=codec) as producer:
+        futures = [await producer.send(topic, v, key=str(i).encode()) for i, v in enumerate(values[:150])]
+        bulk = await (await producer.send_batch(topic, values[150:]))
+        offsets = [(await f).offset for f in futures] + [m.offset for m in bulk]
+    records = await consume(broker.bootstrap_servers, topic, 300)
+    assert [r.value for r in records] == values
+    assert [r.offset for r in records] == offsets
+    assert [r.key for r in records[:150]] == [str(i).encode() for i in range(150)]
+
+
+@pytest.mark.parametrize("acks", [0, 1, "all"])
+async def test_acks(broker: RunningBroker, topic: str, acks: int | str) -> None:
+    async with producer_for(broker, acks=acks) as producer:
+        futures = [await producer.send(topic, f"m{i}".encode()) for i in range(100)]
+        metadata = [await f for f in futures]
+    if acks == 0:
+        assert all(m.offset == -1 for m in metadata)  # no response, so no offsets
+    else:
+        assert [m.offset for m in metadata] == list(range(100))
+    records = await consume(broker.bootstrap_servers, topic, 100)
+    assert [r.value for r in records] == [f"m{i}".encode() for i in range(100)]
+
+
+# -- bulk path ------------------------------------------------------------------------------
+
+
+async def test_send_batch_with_keys_and_headers(broker: RunningBroker, topic: str) -> None:
+    await create_topic(broker.bootstrap_servers, topic, 3)
+    values = [f"v{i}".encode() for i in range(1000)]
+    keys = [f"k{i % 17}".encode() for i in range(1000)]
+    headers = [[("i", str(i).encode())] if i % 3 == 0 else None for i in range(1000)]
+    async with producer_for(broker) as producer:
+        result = await (
+            await producer.send_batch(
+                topic, values, keys=keys, headers=headers, timestamp_ms=1_600_000_000_000
+            )
+        )
+    assert len(result) == 1000
+    assert sum(count for _, _, count in result.ranges) == 1000
+    records = await consume(broker.bootstrap_servers, topic, 1000, [0, 1, 2])
+    by_position = {(r.partition, r.offset): r for r in records}
+    for i, meta in enumerate(result):
+        assert meta.partition == partition_for_key(keys[i], 3)
+        record = by_position[(meta.partition, meta.offset)]
+        assert (record.key, record.value, record.timestamp) == (keys[i], values[i], 1_600_000_000_000)
+        assert record.headers == (headers[i] or [])
+
+
+async def test_send_batch_large_list_is_split_and_ordered(broker: RunningBroker, topic: str) -> None:
+    values = [i.to_bytes(4, "big") * 25 for i in range(30_000)]  # 3 MB: several batches
+    async with producer_for(broker, max_request_size=1_000_000) as producer:
+        await producer.send(topic, b"before")
+        pending = await producer.send_batch(topic, values, partition=0)
+        await producer.send(topic, b"after")
+        result = await pending
+    assert len(result.ranges) >= 3
+    assert [m.offset for m in result[:3]] == [1, 2, 3]
+    assert result[-1].offset == 30_000
+    records = await consume(broker.bootstrap_servers, topic, 30_002)
+    assert [r.value for r in records] == [b"before", *values, b"after"]
+
+
+async def test_send_batch_without_keys_spreads_batches(broker: RunningBroker, topic: str) -> None:
+    await create_topic(broker.bootstrap_servers, topic, 3)
+    values = [b"x" * 1000] * 5000  # 5 MB: about five request-sized batches
+    async with producer_for(broker) as producer:
+        result = await (await producer.send_batch(topic, values))
+    partitions_per_batch = [tp.partition for tp, _, _ in result.ranges]
+    assert all(a != b for a, b in itertools.pairwise(partitions_per_batch))  # sticky switches per batch
+    records = await consume(broker.bootstrap_servers, topic, 5000, [0, 1, 2])
+    assert len(records) == 5000
+
+
+# -- sizes and memory ------------------------------------------------------------------------
+
+
+async def test_one_megabyte_records(broker: RunningBroker, topic: str) -> None:
+    values = [bytes([i]) * 1_000_000 for i in range(3)]
+    async with producer_for(broker) as producer:
+        futures = [await producer.send(topic, v) for v in values]
+        assert [(await f).offset for f in futures] == [0, 1, 2]
+    records = await consume(broker.bootstrap_servers, topic, 3)
+    assert [r.value for r in records] == values
+
+
+async def test_record_over_max_request_size_fails_at_send(broker: RunningBroker, topic: str) -> None:
+    async with producer_for(broker, max_request_size=10_000) as producer:
+        with pytest.raises(RecordTooLargeError, match="max_request_size"):
+            await producer.send(topic, b"x" * 20_000)
+        with pytest.raises(RecordTooLargeError, match="max_request_size"):
+            await producer.send_batch(topic, [b"ok", b"x" * 20_000])
+        meta = await producer.send_and_wait(topic, b"x" * 5_000)  # the producer is still usable
+    assert meta.offset == 0
+
+
+async def test_broker_size_limit_fails_with_typed_error(broker: RunningBroker, topic: str) -> None:
+    await create_topic(broker.bootstrap_servers, topic, 1, {"max.message.bytes": "3000"})
+    async with producer_for(broker, max_batch_size=2000) as producer:
+        too_big = await producer.send(topic, b"x" * 5000)
+        with pytest.raises(MessageSizeTooLargeError, match=topic):
+            await too_big
+        # Small records sent in one go exceed the limit only once coalesced: they must still arrive.
+        futures = [await producer.send(topic, f"{i:04d}".encode() * 100) for i in range(40)]
+        offsets = [(await f).offset for f in futures]
+    assert offsets == sorted(offsets) and len(set(offsets)) == 40
+    records = await consume(broker.bootstrap_servers, topic, 40)
+    assert [r.value for r in records] == [f"{i:04d}".encode() * 100 for i in range(40)]
+
+
+async def test_buffer_memory_backpressure(broker: RunningBroker, topic: str) -> None:
+    async with producer_for(broker, buffer_memory=50_000, max_batch_size=20_000) as producer:
+        await producer.partitions_for(topic)
+        futures = [await producer.send(topic, b"x" * 9_000) for _ in range(5)]  # 45 KB: fits
+        blocked = asyncio.ensure_future(producer.send(topic, b"y" * 9_000))
+        await asyncio.sleep(0)
+        assert not blocked.done()  # waits for memory until earlier records are delivered
+        assert producer._acc.buffered <= 50_000
+        futures.append(await blocked)
+        for _ in range(30):
+            futures.append(await producer.send(topic, b"z" * 9_000))
+            assert producer._acc.buffered <= 50_000
+        offsets = [(await f).offset for f in futures]
+    assert offsets == list(range(36))
+    records = await consume(broker.bootstrap_servers, topic, 36)
+    assert [len(r.value or b"") for r in records] == [9_000] * 36
+
+
+# -- flush, stop, metadata --------------------------------------------------------------------
+
+
+async def test_flush_and_stop_deliver_everything(broker: RunningBroker, topic: str) -> None:
+    producer = producer_for(broker, linger_ms=1000)
+    await producer.start()
+    first = [await producer.send(topic, f"a{i}".encode()) for i in range(5000)]
+    started = time.monotonic()
+    await producer.flush()
+    assert time.monotonic() - started < 1.0  # flush does not wait for the linger
+    assert all(f.done() for f in first)
+    second = [await producer.send(topic, f"b{i}".encode()) for i in range(5000)]
+    await producer.stop()
+    assert all(f.done() and f.exception() is None for f in second)
+    records = await consume(broker.bootstrap_servers, topic, 10_000)
+    assert [r.value for r in records] == [f"a{i}".encode() for i in range(5000)] + [
+        f"b{i}".encode() for i in range(5000)
+    ]
+
+
+async def test_metadata_refresh_after_topic_creation(
+    broker: RunningBroker, topic_factory: Callable[[], str]
+) -> None:
+    topic = topic_factory()
+    async with producer_for(broker) as producer:
+        await producer.send_and_wait(topic_factory(), b"warm-up")  # metadata loaded before the topic exists
+        await create_topic(broker.bootstrap_servers, topic, 4)
+        meta = await producer.send_and_wait(topic, b"late", partition=3)
+        assert (meta.partition, meta.offset) == (3, 0)
+        with pytest.raises(UnknownTopicOrPartitionError, match="partition 9"):
+            await producer.send(topic, b"nowhere", partition=9)
+
+
+# -- failures ---------------------------------------------------------------------------------
+
+
+async def test_retries_across_a_broker_restart(broker_min_process: BrokerMinProcess, topic: str) -> None:
+    settings = {"request_timeout_ms": 3000, "delivery_timeout_ms": 30_000, "retry_backoff_ms": 50}
+    async with Producer(bootstrap_servers=broker_min_process.bootstrap_servers, **settings) as producer:
+        assert (await producer.send_and_wait(topic, b"before")).offset == 0
+        broker_min_process.kill()
+        pending = [await producer.send(topic, f"during-{i}".encode()) for i in range(10)]
+        await asyncio.sleep(0.5)
+        assert not any(f.done() for f in pending)
+        await asyncio.to_thread(broker_min_process.restart)
+        offsets = [(await f).offset for f in pending]
+    assert offsets == list(range(1, 11))
+    records = await consume(broker_min_process.bootstrap_servers, topic, 11)
+    assert [r.value for r in records] == [b"before"] + [f"during-{i}".encode() for i in range(10)]
+
+
+async def test_delivery_timeout_fails_records(broker_min_process: BrokerMinProcess, topic: str) -> None:
+    settings = {"request_timeout_ms": 500, "delivery_timeout_ms": 1500, "retry_backoff_ms": 50}
+    producer = Producer(bootstrap_servers=broker_min_process.bootstrap_servers, **settings)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, b"before")
+        broker_min_process.kill()
+        started = time.monotonic()
+        future = await producer.send(topic, b"lost")
+        with pytest.raises(KafkaTimeoutError):
+            await future
+        assert 1.0 < time.monotonic() - started < 10
+    finally:
+        await producer.stop()
