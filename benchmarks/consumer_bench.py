@@ -8,8 +8,8 @@ Fills a one-partition topic once (with confluent-kafka, so the numbers do not
 depend on kafkakit's producer), then reads it from the beginning with each
 client in the same run. Every client touches every record (sums the value
 sizes) so lazy tricks cannot win; the figures are records per second.
-Without ``--bootstrap`` a kafkakit broker (``kafkakit.broker.Broker``) is
-started in a temporary directory.
+Without ``--bootstrap`` a kafkakit broker (``python -m kafkakit.broker``) is
+started in a child process on a temporary directory.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import socket
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -130,11 +133,38 @@ def bench_confluent(bootstrap: str, topic: str, records: int) -> float:
 
 @contextlib.asynccontextmanager
 async def kafkakit_broker() -> AsyncIterator[str]:
-    from kafkakit.broker import Broker  # type: ignore[attr-defined]
-
+    """kafkakit's broker in a child process, so it does not share the consumer's CPU and GIL."""
     with tempfile.TemporaryDirectory() as tmp:
-        async with Broker(tmp) as broker:
-            yield str(broker.bootstrap_servers)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kafkakit.broker",
+                "--data-dir",
+                tmp,
+                "--port",
+                str(port),
+                "--log-level",
+                "WARNING",
+            ]
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise SystemExit("the kafkakit broker did not start") from None
+                    await asyncio.sleep(0.1)
+            yield f"127.0.0.1:{port}"
+        finally:
+            proc.terminate()
+            proc.wait(10)
 
 
 async def run(args: argparse.Namespace) -> None:

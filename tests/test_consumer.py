@@ -471,3 +471,14 @@ async def test_transactions_read_committed_and_uncommitted(
         consumer.assign([tp])
         records = await read(consumer, 5)  # markers never reach the application
         assert [r.value for r in records] == [b"c0", b"c1", b"a0", b"a1", b"c2"]
+
+
+async def test_topic_created_after_assign_is_picked_up(bootstrap: str, topic: str) -> None:
+    tp = TopicPartition(topic, 0)
+    async with consumer_for(bootstrap, allow_auto_create_topics=False, retry_backoff_ms=50) as consumer:
+        consumer.assign([tp])
+        assert await consumer.getmany(timeout_ms=300) == {}  # unknown topic: no leader yet, no error
+        await setup_topic(bootstrap, topic)
+        await write(bootstrap, topic, values(3))
+        records = await read(consumer, 3)
+        assert [r.value for r in records] == values(3)

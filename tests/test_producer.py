@@ -285,6 +285,16 @@ async def test_buffer_memory_backpressure(broker: RunningBroker, topic: str) -> 
     assert [len(r.value or b"") for r in records] == [9_000] * 36
 
 
+async def test_linger_holds_a_lone_record(broker: RunningBroker, topic: str) -> None:
+    async with producer_for(broker, linger_ms=300) as producer:
+        await producer.send_and_wait(topic, b"warm-up")  # metadata and connection in place
+        started = time.monotonic()
+        first = await producer.send(topic, b"a")
+        second = await producer.send(topic, b"b")
+        assert (await first).offset + 1 == (await second).offset
+        assert 0.29 <= time.monotonic() - started < 5
+
+
 # -- flush, stop, metadata --------------------------------------------------------------------
 
 

@@ -21,8 +21,7 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from kafkakit.errors import KafkaError, KafkaTimeoutError
-from kafkakit.records.compression import Compression
-from kafkakit.records.encoder import encode_batch
+from kafkakit.records import Compression, encode_batch
 from kafkakit.structs import RecordMetadata, TopicPartition
 
 #: What a batch future resolves to: (base offset, log append time or -1, log start offset).

@@ -47,8 +47,7 @@ from kafkakit.producer.accumulator import (
 )
 from kafkakit.producer.partitioner import Partitioner, StickyPartitions, murmur2
 from kafkakit.producer.sender import Sender
-from kafkakit.records.compression import Compression
-from kafkakit.records.encoder import encode_batch, encode_values
+from kafkakit.records import Compression, encode_batch, encode_values
 from kafkakit.structs import Header, RecordMetadata, TopicPartition
 
 __all__ = ["Producer", "RecordFuture", "SendBatchFuture", "SendBatchResult"]

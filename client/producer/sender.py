@@ -49,7 +49,7 @@ from kafkakit.net.connection import BrokerConnection
 from kafkakit.producer.accumulator import Accumulator, PartitionQueue, ProducerBatch
 from kafkakit.protocol.build import millis
 from kafkakit.protocol.framing import ApiKey
-from kafkakit.records.encoder import encode_batch
+from kafkakit.records import encode_batch
 from kafkakit.structs import TopicPartition
 
 log = logging.getLogger(__name__)

@@ -14,19 +14,9 @@ from .clients import kcat_binary
 
 TopicFactory = Callable[..., str]
 
-# broker_min bugs found by this suite (see docs/interop.md). Strict: once the broker is fixed these
-# tests pass, the xfail turns into a failure, and the mark must be deleted.
-_ON_BROKER_MIN = os.environ.get("KAFKAKIT_INTEROP_BROKER", "broker_min") == "broker_min"
-BUG_NO_INIT_PRODUCER_ID = pytest.mark.xfail(
-    _ON_BROKER_MIN, strict=True,
-    reason="broker_min bug: InitProducerId (api 22) not advertised; idempotent producers "
-    "(kafka-python 3.x by default, librdkafka enable.idempotence) fail fatally",
-)  # fmt: skip
-BUG_NO_FIND_COORDINATOR_LZ4 = pytest.mark.xfail(
-    _ON_BROKER_MIN, strict=True,
-    reason="broker_min bug: FindCoordinator (api 10) v0 not advertised, so librdkafka disables its "
-    "LZ4 feature and silently sends lz4-configured batches uncompressed",
-)  # fmt: skip
+# broker_min bugs this suite finds are marked with strict xfails defined here (see docs/interop.md),
+# conditioned on KAFKAKIT_INTEROP_BROKER == "broker_min"; a fix turns the xfail into a failure and
+# the mark must be deleted.  None are open at the moment.
 
 
 # The suite is about broker_min; KAFKAKIT_INTEROP_BROKER=kafka runs the very same tests against

@@ -19,14 +19,12 @@ from .checks import (
     text_records,
 )
 from .clients import consume_confluent, now_ms, produce_confluent
-from .conftest import BUG_NO_FIND_COORDINATOR_LZ4, BUG_NO_INIT_PRODUCER_ID, TopicFactory
+from .conftest import TopicFactory
 
 pytestmark = pytest.mark.interop
 
 
-@pytest.mark.parametrize(
-    "codec", [pytest.param(c, marks=BUG_NO_FIND_COORDINATOR_LZ4) if c == "lz4" else c for c in CODECS]
-)
+@pytest.mark.parametrize("codec", CODECS)
 def test_each_codec_round_trips_and_is_stored_as_sent(
     bootstrap: str, new_topic: TopicFactory, codec: str
 ) -> None:
@@ -50,7 +48,6 @@ def test_each_acks_level_delivers_everything(bootstrap: str, new_topic: TopicFac
     assert_same(records, consume_confluent(bootstrap, topic, range(2), len(records)), label=f"acks={acks}")
 
 
-@BUG_NO_INIT_PRODUCER_ID
 def test_idempotent_producer_round_trips(bootstrap: str, new_topic: TopicFactory) -> None:
     """enable.idempotence needs InitProducerId and per-partition sequence numbers on Produce."""
     topic = new_topic(partitions=2)

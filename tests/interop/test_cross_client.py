@@ -10,7 +10,7 @@ import pytest
 
 from .checks import CODEC_IDS, assert_same, batch_codecs, fetch_raw_records, text_records
 from .clients import CONSUMERS, PRODUCERS, Rec, kcat_binary, now_ms
-from .conftest import BUG_NO_FIND_COORDINATOR_LZ4, BUG_NO_INIT_PRODUCER_ID, create_topic_confluent
+from .conftest import create_topic_confluent
 
 pytestmark = pytest.mark.interop
 
@@ -56,11 +56,7 @@ def _needs_kcat(*names: str) -> None:
         pytest.skip("neither kcat nor kafkacat is on PATH (apt-get install kcat; .ci/run installs it)")
 
 
-@pytest.mark.parametrize(
-    ("producer", "consumer"),
-    [pytest.param(p, c, marks=BUG_NO_INIT_PRODUCER_ID) if p == "kafka-python" else (p, c)
-     for p, c in itertools.product(PRODUCERS, CONSUMERS)],
-)  # fmt: skip
+@pytest.mark.parametrize(("producer", "consumer"), list(itertools.product(PRODUCERS, CONSUMERS)))
 def test_consumer_reads_what_producer_wrote(
     bootstrap: str, produced: Callable[[str], Produced], producer: str, consumer: str
 ) -> None:
@@ -70,12 +66,7 @@ def test_consumer_reads_what_producer_wrote(
     assert_same(batch.records, got, ts_window=batch.ts_window, label=f"{producer} -> {consumer}")
 
 
-@pytest.mark.parametrize("producer", [
-    pytest.param("confluent", marks=BUG_NO_FIND_COORDINATOR_LZ4),
-    "aiokafka",
-    pytest.param("kafka-python", marks=BUG_NO_INIT_PRODUCER_ID),
-    "kcat",
-])  # fmt: skip
+@pytest.mark.parametrize("producer", ["confluent", "aiokafka", "kafka-python", "kcat"])
 def test_broker_keeps_the_producers_codec(
     bootstrap: str, produced: Callable[[str], Produced], producer: str
 ) -> None:

@@ -20,7 +20,7 @@ from .checks import (
     text_records,
 )
 from .clients import consume_kafka_python, now_ms, produce_kafka_python
-from .conftest import BUG_NO_INIT_PRODUCER_ID, TopicFactory
+from .conftest import TopicFactory
 
 pytestmark = pytest.mark.interop
 
@@ -32,7 +32,6 @@ def _codec_available(codec: str) -> None:
         pytest.skip("kafka-python's snappy codec needs the python-snappy package, which is not installed")
 
 
-@BUG_NO_INIT_PRODUCER_ID
 @pytest.mark.parametrize("codec", CODECS)
 def test_each_codec_round_trips_and_is_stored_as_sent(
     bootstrap: str, new_topic: TopicFactory, codec: str
@@ -46,7 +45,7 @@ def test_each_codec_round_trips_and_is_stored_as_sent(
     assert codecs and set(codecs) == {CODEC_IDS[codec]}, f"stored batches carry codecs {codecs}"
 
 
-@pytest.mark.parametrize("acks", [0, 1, pytest.param("all", marks=BUG_NO_INIT_PRODUCER_ID)])
+@pytest.mark.parametrize("acks", [0, 1, "all"])
 def test_each_acks_level_delivers_everything(bootstrap: str, new_topic: TopicFactory, acks: object) -> None:
     topic = new_topic(partitions=2)
     records = text_records(200, 2, timestamps=now_ms() - 10_000)
@@ -64,7 +63,6 @@ def test_non_idempotent_producer_round_trips(bootstrap: str, new_topic: TopicFac
     )
 
 
-@BUG_NO_INIT_PRODUCER_ID
 def test_binary_keys_values_and_headers_round_trip(bootstrap: str, new_topic: TopicFactory) -> None:
     topic = new_topic(partitions=2)
     records = binary_records(2, now_ms() - 10_000)
@@ -72,7 +70,6 @@ def test_binary_keys_values_and_headers_round_trip(bootstrap: str, new_topic: To
     assert_same(records, consume_kafka_python(bootstrap, topic, range(2), len(records)), label="binary")
 
 
-@BUG_NO_INIT_PRODUCER_ID
 def test_offsets_and_seek(bootstrap: str, new_topic: TopicFactory) -> None:
     topic = new_topic(partitions=1)
     base = now_ms() - 100_000

@@ -8,7 +8,7 @@ import pytest
 
 from .checks import CODEC_IDS, CODECS, assert_same, batch_codecs, fetch_raw_records, text_records
 from .clients import Rec, consume_kcat, now_ms, produce_kcat, run_kcat
-from .conftest import BUG_NO_FIND_COORDINATOR_LZ4, TopicFactory
+from .conftest import TopicFactory
 
 pytestmark = pytest.mark.interop
 
@@ -31,9 +31,7 @@ def test_metadata_plain_listing_names_topic(bootstrap: str, new_topic: TopicFact
     assert f'topic "{topic}" with 2 partitions:' in text
 
 
-@pytest.mark.parametrize(
-    "codec", [pytest.param(c, marks=BUG_NO_FIND_COORDINATOR_LZ4) if c == "lz4" else c for c in CODECS]
-)
+@pytest.mark.parametrize("codec", CODECS)
 def test_produce_then_consume_exactly(bootstrap: str, new_topic: TopicFactory, kcat: str, codec: str) -> None:
     topic = new_topic(partitions=3)
     records = text_records(200, 3, timestamps=None)
