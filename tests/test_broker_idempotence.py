@@ -16,7 +16,12 @@ import pytest
 from kafkakit.broker import Broker
 from kafkakit.broker.handlers import HANDLERS
 from kafkakit.broker.handlers.base import make, nested
-from kafkakit.broker.producer_state import PRODUCER_ID_BLOCK_SIZE, PRODUCER_IDS_FILE
+from kafkakit.broker.producer_state import (
+    PRODUCER_ID_BLOCK_SIZE,
+    PRODUCER_IDS_FILE,
+    ProducerIdAllocator,
+    last_sequence,
+)
 from kafkakit.protocol import decode_response, encode_request, request_class
 from kafkakit.records import decode_batches, encode_batch, iter_batch_headers
 from kio.schema.errors import ErrorCode
@@ -61,7 +66,8 @@ def sub(api_key: int, version: int, entity: str, **fields: Any) -> Any:
 
 def batch(pid: int, epoch: int, seq: int, count: int = 3, tag: str = "v") -> bytes:
     records = [(None, f"{tag}-{seq}-{i}".encode(), 1_700_000_000_000 + i, ()) for i in range(count)]
-    return encode_batch(records, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+    encoded: bytes = encode_batch(records, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+    return encoded
 
 
 async def produce(client: RawClient, records: bytes, version: int = 9, partition: int = 0) -> Any:
@@ -85,10 +91,11 @@ async def fetch_all(client: RawClient, partition: int = 0) -> bytes:
     return bytes(data.records or b"")
 
 
-async def log_end(broker: Broker, partition: int = 0) -> int:
+def log_end(broker: Broker, partition: int = 0) -> int:
     log = broker.state.partition_log(TOPIC, partition)
     assert log is not None
-    return log.log_end_offset
+    end: int = log.log_end_offset
+    return end
 
 
 async def init_producer_id(
@@ -135,11 +142,11 @@ async def test_duplicate_batch_returns_original_offset_and_appends_nothing(
     first = await produce(client, batch(pid, 0, 0))
     second = await produce(client, batch(pid, 0, 3))
     assert (first.error_code, first.base_offset, second.base_offset) == (ErrorCode.none, 0, 3)
-    end = await log_end(broker)
+    end = log_end(broker)
     for retry, offset in ((batch(pid, 0, 3), 3), (batch(pid, 0, 0), 0)):
         answer = await produce(client, retry)
         assert (answer.error_code, answer.base_offset) == (ErrorCode.none, offset)
-    assert await log_end(broker) == end == 6
+    assert log_end(broker) == end == 6
     assert [r.value for r in decode_batches(await fetch_all(client), TOPIC, 0)] == [
         f"v-{seq}-{i}".encode() for seq in (0, 3) for i in range(3)
     ]
@@ -154,7 +161,7 @@ async def test_only_the_last_five_batches_are_recognised_as_duplicates(
     assert (await produce(client, batch(pid, 0, 3))).base_offset == 3  # 5th newest: duplicate
     too_old = await produce(client, batch(pid, 0, 0))
     assert too_old.error_code == ErrorCode.out_of_order_sequence_number
-    assert await log_end(broker) == 18
+    assert log_end(broker) == 18
 
 
 async def test_sequence_gap_is_rejected(broker: Broker, client: RawClient) -> None:
@@ -163,7 +170,7 @@ async def test_sequence_gap_is_rejected(broker: Broker, client: RawClient) -> No
     gap = await produce(client, batch(pid, 0, 4))
     assert gap.error_code == ErrorCode.out_of_order_sequence_number
     assert "sequence 4 after 2" in gap.error_message
-    assert await log_end(broker) == 3
+    assert log_end(broker) == 3
     assert (await produce(client, batch(pid, 0, 3))).error_code == ErrorCode.none
 
 
@@ -177,7 +184,7 @@ async def test_old_epoch_is_fenced_and_new_epoch_starts_at_zero(broker: Broker, 
     assert stale.error_code == ErrorCode.invalid_producer_epoch
     # A duplicate of the old epoch's batch is no longer recognised either: the epoch moved on.
     assert (await produce(client, batch(pid, 0, 0))).error_code == ErrorCode.invalid_producer_epoch
-    assert await log_end(broker) == 6
+    assert log_end(broker) == 6
 
 
 async def test_unknown_producer_is_accepted_at_any_sequence_and_sequences_wrap(
@@ -210,13 +217,14 @@ async def test_idempotent_batch_after_a_plain_one_in_the_same_request_is_tracked
     mixed = batch(-1, -1, -1, tag="plain") + batch(pid, 0, 3)
     assert (await produce(client, mixed)).base_offset == 3
     assert (await produce(client, batch(pid, 0, 3))).base_offset == 6  # recognised as a duplicate
-    assert await log_end(broker) == 9
+    assert log_end(broker) == 9
 
 
 async def test_non_idempotent_batches_are_untouched(broker: Broker, client: RawClient) -> None:
     for n in range(3):
         assert (await produce(client, batch(-1, -1, -1))).base_offset == 3 * n
-    assert broker.state.producer_states.loaded(broker.state.partition_log(TOPIC, 0)) is None  # type: ignore[arg-type]
+    log = broker.state.partition_log(TOPIC, 0)
+    assert log is not None and broker.state.producer_states.loaded(log) is None
 
 
 async def test_state_survives_a_restart(tmp_path: Path) -> None:
@@ -232,7 +240,7 @@ async def test_state_survives_a_restart(tmp_path: Path) -> None:
         client = await RawClient.connect(second)
         retried = await produce(client, batch(pid, 0, 3))
         assert (retried.error_code, retried.base_offset) == (ErrorCode.none, 3)
-        assert await log_end(second) == 6
+        assert log_end(second) == 6
         assert (await produce(client, batch(pid, 0, 7))).error_code == ErrorCode.out_of_order_sequence_number
         assert (await produce(client, batch(pid, 0, 6))).base_offset == 6
         client.close()
@@ -247,7 +255,7 @@ async def test_deleted_and_recreated_topic_starts_without_producer_state(
     broker.state.create_topic(TOPIC, 2)
     again = await produce(client, batch(pid, 0, 0))
     assert (again.error_code, again.base_offset) == (ErrorCode.none, 0)
-    assert await log_end(broker) == 3
+    assert log_end(broker) == 3
 
 
 async def test_log_append_time_duplicate_reports_the_original_append_time(
@@ -267,6 +275,19 @@ async def test_log_append_time_duplicate_reports_the_original_append_time(
     retried = await send()
     assert first.log_append_time is not None
     assert (retried.base_offset, retried.log_append_time) == (0, first.log_append_time)
+
+
+def test_last_sequence_wraps_after_int32_max() -> None:
+    assert last_sequence(0, 4) == 4
+    assert last_sequence(INT32_MAX, 0) == INT32_MAX
+    assert last_sequence(INT32_MAX, 1) == 0
+    assert last_sequence(INT32_MAX - 1, 5) == 3
+
+
+def test_corrupt_producer_id_file_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / PRODUCER_IDS_FILE).write_text("next.block.start=banana\n")
+    with pytest.raises(ValueError, match="is corrupt"):
+        ProducerIdAllocator(tmp_path)
 
 
 # -- InitProducerId --------------------------------------------------------------------------
