@@ -191,10 +191,10 @@ class Accumulator:
         pq.next_seq += 1
         pq.batches.append(batch)
         self._incomplete.add(batch)
-        previous = pq.open
         pq.open = batch
-        if previous is not None or self.linger <= 0:
-            self.wake_sender()  # a batch became ready: the previous one is full, or there is no linger
+        # Once per batch: the previous batch is now full (ready), or the sender must
+        # learn this batch's linger deadline (it may be asleep with nothing to wait for).
+        self.wake_sender()
         return batch
 
     def append(
