@@ -145,10 +145,12 @@ async def _consume_kafkakit(bootstrap: str, topic: str, n: int) -> float:
         consumer.assign([tp])
         start = time.perf_counter()
         seen = 0
+        total = 0
         while seen < n:
             batches = await consumer.getmany(timeout_ms=1000)
             for records in batches.values():
                 seen += len(records)
+                total += sum([len(r.value) for r in records])  # touch every record, as an application would
         return time.perf_counter() - start
 
 
@@ -163,10 +165,12 @@ async def _consume_aiokafka(bootstrap: str, topic: str, n: int) -> float:
         await consumer.seek_to_beginning(tp)
         start = time.perf_counter()
         seen = 0
+        total = 0
         while seen < n:
             batches = await consumer.getmany(timeout_ms=1000)
             for records in batches.values():
                 seen += len(records)
+                total += sum([len(r.value) for r in records])
         return time.perf_counter() - start
     finally:
         await consumer.stop()
@@ -181,9 +185,11 @@ def _consume_kafka_python(bootstrap: str, topic: str, n: int) -> float:
     consumer.seek_to_beginning(tp)
     start = time.perf_counter()
     seen = 0
+    total = 0
     while seen < n:
         for records in consumer.poll(timeout_ms=1000, max_records=100000).values():
             seen += len(records)
+            total += sum([len(r.value) for r in records])
     elapsed = time.perf_counter() - start
     consumer.close()
     return elapsed
@@ -204,10 +210,12 @@ def _consume_confluent(bootstrap: str, topic: str, n: int) -> float:
     consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     start = time.perf_counter()
     seen = 0
+    total = 0
     while seen < n:
         for message in consumer.consume(num_messages=10000, timeout=1.0):
             if message.error() is None:
                 seen += 1
+                total += len(message.value())
     elapsed = time.perf_counter() - start
     consumer.close()
     return elapsed
@@ -349,7 +357,9 @@ def main() -> None:
         print(run_worker(json.loads(args.worker)))
         return
     if args.smoke:
-        args.records, args.runs, args.brokers = 20_000, 1, "broker_min"
+        records_given = "--records" in sys.argv
+        args.records = args.records if records_given else 20_000
+        args.runs, args.brokers = 1, "broker_min"
     results = measure(args)
     text = report(results, args.records, args.size)
     print(text)
