@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -49,9 +50,16 @@ class RecordMetadata:
         return TopicPartition(self.topic, self.partition)
 
 
-@dataclass(slots=True)
-class ConsumerRecord(Generic[K, V]):
-    """A record handed to the application by the consumer."""
+class ConsumerRecord(NamedTuple, Generic[K, V]):
+    """A record handed to the application by the consumer (immutable).
+
+    A NamedTuple rather than a dataclass: the decoder builds records in bulk
+    with ``map(partial(tuple.__new__, ConsumerRecord), rows)``, which runs
+    entirely in C and costs about a third less than a slotted dataclass's
+    ``__init__``; attribute access is as fast. Use ``record._replace(...)`` to
+    derive a changed copy. ``headers`` is a tuple of (key, value) pairs; records
+    without headers share one empty tuple.
+    """
 
     topic: str
     partition: int
@@ -60,7 +68,7 @@ class ConsumerRecord(Generic[K, V]):
     timestamp_type: int
     key: K
     value: V
-    headers: list[Header] = field(default_factory=list)
+    headers: Sequence[Header] = ()
     serialized_key_size: int = -1
     serialized_value_size: int = -1
 

@@ -125,7 +125,7 @@ async def test_records_round_trip_with_keys_headers_timestamps_partitions(
         assert (meta.topic, meta.partition, meta.timestamp) == (topic, partition, timestamp)
         record = by_position[(meta.partition, meta.offset)]
         assert (record.key, record.value, record.timestamp) == (key, value, timestamp)
-        assert record.headers == headers
+        assert list(record.headers) == headers
 
 
 async def test_keyed_records_land_where_java_puts_them(broker: RunningBroker, topic: str) -> None:
@@ -203,7 +203,7 @@ async def test_send_batch_with_keys_and_headers(broker: RunningBroker, topic: st
         assert meta.partition == partition_for_key(keys[i], 3)
         record = by_position[(meta.partition, meta.offset)]
         assert (record.key, record.value, record.timestamp) == (keys[i], values[i], 1_600_000_000_000)
-        assert record.headers == (headers[i] or [])
+        assert list(record.headers) == (headers[i] or [])
 
 
 async def test_send_batch_large_list_is_split_and_ordered(broker: RunningBroker, topic: str) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import cramjam
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from kafkakit.errors import CorruptRecordError, KafkaConfigError, UnsupportedCompressionTypeError
 from kafkakit.records import (
@@ -49,7 +49,7 @@ codec_st = st.sampled_from(list(Compression))
 
 
 def as_tuples(records: list[Any]) -> list[tuple[Any, ...]]:
-    return [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records]
+    return [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in records]
 
 
 def expected(records: list[Any], base_offset: int = 0) -> list[tuple[Any, ...]]:
@@ -413,3 +413,118 @@ def test_mangled_records_with_a_valid_crc_decode_or_raise_corrupt(
         decode_batches(batch, "t", 0)
     with contextlib.suppress(CorruptRecordError, UnsupportedCompressionTypeError):
         decode_raw_records(batch, 0, header)
+
+
+# --- vectorised decoder vs the pure-Python reference loop -------------------------------------
+
+from kafkakit.records import fastdecode  # noqa: E402
+from kafkakit.records.decoder import _decode_section_slowly, _read_headers, _records_section  # noqa: E402
+
+# Values that cross the 1/2/3-byte length varint boundaries (63, 8191 bytes).
+fast_value_st = st.none() | st.binary(max_size=70) | st.sampled_from([b"", b"v" * 63, b"w" * 64, b"x" * 8200])
+# Deltas from one-byte varints up to ones too long for the fast path (> 4 bytes: 2**27 and more).
+fast_delta_st = st.sampled_from([0, 1, -1, 63, -64, 64, 8191, 8192, 2**20, -(2**26), 2**27, 2**40])
+fast_record_st = st.tuples(
+    st.none() | st.sampled_from([b"", b"k", b"key" * 30]),
+    fast_value_st,
+    fast_delta_st.map(lambda d: BASE_TS + d),
+    st.sampled_from([[], [], [], [("h", b"1")], [("a", None), ("", b"")]]),
+)
+fast_batch_st = st.tuples(
+    st.lists(fast_record_st, min_size=1, max_size=90),
+    codec_st,
+    st.booleans(),  # LogAppendTime
+    st.integers(min_value=0, max_value=2**40),  # base offset
+)
+
+
+def _fetch_buffer(batches: list[Any]) -> bytes:
+    out = bytearray()
+    for records, codec, log_append, base_offset in batches:
+        batch = bytearray(encode_batch(records, compression=codec))
+        set_base_offset(batch, 0, base_offset)
+        if log_append:
+            set_log_append_time(batch, 0, BASE_TS + 12345)
+        out += batch
+    return bytes(out)
+
+
+def _reference(buf: bytes, min_offset: int) -> list[Any] | CorruptRecordError:
+    out: list[Any] = []
+    try:
+        for pos, header in iter_batch_headers(buf):
+            _decode_section_slowly(out, _records_section(buf, pos, header), "t", 3, min_offset)
+    except CorruptRecordError as exc:
+        return exc
+    return out
+
+
+def _fast(buf: bytes, min_offset: int) -> list[Any] | None:
+    sections = [_records_section(buf, pos, header) for pos, header in iter_batch_headers(buf)]
+    return fastdecode.decode_sections(sections, "t", 3, min_offset, _read_headers)
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(batches=st.lists(fast_batch_st, min_size=1, max_size=3), skip=st.integers(min_value=0, max_value=100))
+def test_vectorised_decoder_matches_reference(batches: list[Any], skip: int) -> None:
+    buf = _fetch_buffer(batches)
+    min_offset = batches[0][3] + skip
+    reference = _reference(buf, min_offset)
+    assert not isinstance(reference, CorruptRecordError)
+    fast = _fast(buf, min_offset)
+    event("fast path" if fast is not None else "declined")
+    if fast is not None:  # None: the fast path declined (e.g. a delta beyond 2**27)
+        assert fast == reference
+        assert [type(r.headers) for r in fast] == [tuple] * len(fast)
+    assert decode_batches(buf, "t", 3, min_offset=min_offset) == reference
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(batch=fast_batch_st, where=st.integers(min_value=0), byte=st.integers(min_value=0, max_value=255))
+def test_vectorised_decoder_on_mangled_records_agrees_with_reference(batch: Any, where: int, byte: int) -> None:
+    """A corrupted records section: the fast path decodes it identically, declines, or both paths raise."""
+    records, _codec, log_append, base_offset = batch
+    buf = bytearray(_fetch_buffer([(records, Compression.NONE, log_append, base_offset)]))
+    buf[HEADER_SIZE + where % (len(buf) - HEADER_SIZE)] = byte
+    write_crc(buf, 0)
+    data = bytes(buf)
+    reference = _reference(data, 0)
+    fast = _fast(data, 0)
+    event(f"reference {'raised' if isinstance(reference, CorruptRecordError) else 'decoded'}, fast path "
+          f"{'declined' if fast is None else 'decoded'}")
+    if isinstance(reference, CorruptRecordError):
+        assert fast is None
+        with pytest.raises(CorruptRecordError):
+            decode_batches(data, "t", 3)
+    else:
+        assert fast is None or fast == reference
+        assert decode_batches(data, "t", 3) == reference
+
+
+def test_vectorised_decoder_takes_the_common_cases() -> None:
+    """The fast path must not silently decline typical batches (it would still be correct, but slow)."""
+    values = [b"x" * (i % 150) for i in range(10_000)]  # offset deltas and lengths of 1 and 2 bytes
+    records = [(None if i % 3 else b"k%d" % i, v, BASE_TS + i * 3, []) for i, v in enumerate(values)]
+    records[17] = (b"key", None, BASE_TS - 5000, [("trace", b"abc"), ("n", None)])
+    for codec in Compression:
+        buf = _fetch_buffer([(records, codec, False, 500), (records[:100], codec, True, 10_500)])
+        fast = _fast(buf, 0)
+        assert fast is not None and fast == _reference(buf, 0), codec
+        assert list(fast[17].headers) == [("trace", b"abc"), ("n", None)]
+        assert fast[-1].timestamp == BASE_TS + 12345 and fast[-1].timestamp_type == 1
+    same = _fetch_buffer([([(None, b"v" * 100, BASE_TS, [])] * 9000, Compression.NONE, False, 0)])
+    assert _fast(same, 0) == _reference(same, 0)
+    assert _fast(same, 8990) == _reference(same, 8990)
+
+
+def test_vectorised_decoder_declines_what_it_cannot_decode() -> None:
+    records = [(None, b"v", BASE_TS + (2**40 if i == 30 else 0), []) for i in range(40)]
+    buf = _fetch_buffer([(records, Compression.NONE, False, 0)])
+    assert _fast(buf, 0) is None  # a 6-byte timestamp delta
+    assert [r.timestamp for r in decode_batches(buf, "t", 3)][29:31] == [BASE_TS, BASE_TS + 2**40]
+    negative = bytearray(_fetch_buffer([([(None, b"abc", BASE_TS, [])] * 30, Compression.NONE, False, 0)]))
+    negative[HEADER_SIZE + 5] = 0x03  # first value length -2
+    write_crc(negative, 0)
+    assert _fast(bytes(negative), 0) is None
+    with pytest.raises(CorruptRecordError, match="negative value length"):
+        decode_batches(negative, "t", 0)

@@ -50,7 +50,7 @@ KAFKA_PYTHON_CODECS = [c for c, available in [
 
 
 def ours(batch: bytes) -> list[tuple[Any, ...]]:
-    return [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in decode_batches(batch, "t", 0)]
+    return [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in decode_batches(batch, "t", 0)]
 
 
 def theirs(records: Any) -> list[tuple[Any, ...]]:

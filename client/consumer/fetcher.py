@@ -348,11 +348,7 @@ class Fetcher:
         key_des = self._config.key_deserializer
         value_des = self._config.value_deserializer
         if key_des is not None or value_des is not None:
-            for record in records:
-                if key_des is not None:
-                    record.key = key_des(record.key)
-                if value_des is not None:
-                    record.value = value_des(record.value)
+            records = _deserialized(records, key_des, value_des)
         return records
 
     async def wait_for_data(self, timeout: float | None) -> None:
@@ -576,6 +572,16 @@ class Fetcher:
         state.error = error(f"fetching {tp}")
         self._data_ready.set()
         return False
+
+
+def _deserialized(records: list[Record], key_des: Deserializer | None, value_des: Deserializer | None) -> list[Record]:
+    """Copies of ``records`` (immutable NamedTuples) with deserialized keys and/or values."""
+    if key_des is None:
+        assert value_des is not None
+        return [r._replace(value=value_des(r.value)) for r in records]
+    if value_des is None:
+        return [r._replace(key=key_des(r.key)) for r in records]
+    return [r._replace(key=key_des(r.key), value=value_des(r.value)) for r in records]
 
 
 def _decode_all(chunk: _Chunk, tp: TopicPartition, check_crc: bool) -> list[Record]:

@@ -1,10 +1,13 @@
 """Record batch v2 decoding: the consumer's hot path.
 
 Hand-written rather than ``kio.records`` (which builds a datetime per record
-and cannot decompress). The record loop inlines 1- and 2-byte varints (nearly
-every length, delta and count in practice) and falls back to
-:func:`read_uvarint` only for longer ones; slicing never checks bounds because
-the final position check (and the CRC) catch truncation.
+and cannot decompress). Sections with enough records go to the vectorised
+decoder in :mod:`.fastdecode` (all the batches of a fetch at once); the
+pure-Python loop :func:`_decode_records` is the fallback for small or odd
+batches and the reference the fast path is tested against. The loop inlines
+1- and 2-byte varints (nearly every length, delta and count in practice) and
+falls back to :func:`read_uvarint` only for longer ones; slicing never checks
+bounds because the final position check (and the CRC) catch truncation.
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ import gc
 import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 from kafkakit.errors import CorruptRecordError
 from kafkakit.structs import ConsumerRecord, Header
 
 from .compression import decompress
+from .fastdecode import MIN_RECORDS, Section, decode_sections
 from .header import (
     CODEC_MASK,
     HEADER_SIZE,
@@ -38,6 +43,8 @@ RawRecord = tuple[int, int, bytes | None, bytes | None, list[Header]]
 _CONTROL_KEY = struct.Struct(">hh")
 # Signed value of every 1-byte zigzag varint, indexed by the byte.
 _ZIGZAG_1: tuple[int, ...] = tuple((u >> 1) ^ -(u & 1) for u in range(128))
+_NO_HEADERS: tuple[Header, ...] = ()  # shared by every record without headers
+_new_record = partial(tuple.__new__, ConsumerRecord)  # skips NamedTuple's Python-level __new__
 
 
 @contextmanager
@@ -87,15 +94,16 @@ def _read_headers(data: bytes, p: int) -> tuple[list[Header], int]:
     return headers, p
 
 
-def _records_section(buf: bytes, pos: int, header: BatchHeader) -> tuple[bytes, int, int]:
-    """(data, start, end) of the batch's records, decompressed when needed."""
+def _records_section(buf: bytes, pos: int, header: BatchHeader) -> Section:
+    """The batch's records section (decompressed when needed)."""
     start = pos + HEADER_SIZE
     end = pos + header.batch_length + LOG_OVERHEAD
     codec = header.attributes & CODEC_MASK
     if codec:
-        data = decompress(codec, buf[start:end])
-        return data, 0, len(data)
-    return buf, start, end
+        buf = decompress(codec, buf[start:end])
+        start, end = 0, len(buf)
+    log_append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
+    return Section(buf, start, end, header.record_count, header.base_offset, header.base_timestamp, log_append_time)
 
 
 def _decode_records(
@@ -116,7 +124,7 @@ def _decode_records(
     ``data[i]`` as possible: 1-byte values via the ``zz`` table, 2-byte values inline.
     """
     append = out.append
-    record = ConsumerRecord
+    record = _new_record
     slow = read_uvarint
     zz = _ZIGZAG_1
     try:
@@ -198,11 +206,12 @@ def _decode_records(
                 p += value_size
             # Headers.
             if data[p]:
-                headers, p = _read_headers(data, p)
+                header_list, p = _read_headers(data, p)
+                headers = tuple(header_list)
             else:
-                headers = []
+                headers = _NO_HEADERS
                 p += 1
-            append(record(topic, partition, offset, timestamp, timestamp_type, key, value, headers, key_size, value_size))
+            append(record((topic, partition, offset, timestamp, timestamp_type, key, value, headers, key_size, value_size)))
     except IndexError:
         raise CorruptRecordError("record runs past the end of its batch") from None
     if p != end:
@@ -225,44 +234,8 @@ def decode_batch(
     """
     if header.is_control:
         return []
-    out: list[ConsumerRecord[Any, Any]] = []
     with _gc_paused():
-        _decode_into(out, _as_bytes(buf), pos, header, topic, partition, min_offset)
-    return out
-
-
-def _decode_into(
-    out: list[ConsumerRecord[Any, Any]],
-    buf: bytes,
-    pos: int,
-    header: BatchHeader,
-    topic: str,
-    partition: int,
-    min_offset: int,
-) -> None:
-    data, start, end = _records_section(buf, pos, header)
-    first = len(out)
-    log_append_time = header.attributes & TIMESTAMP_TYPE_MASK
-    _decode_records(
-        out,
-        data,
-        start,
-        end,
-        header.record_count,
-        topic,
-        partition,
-        header.base_offset,
-        header.base_timestamp,
-        1 if log_append_time else 0,
-    )
-    if min_offset > header.base_offset:  # a fetch may start in the middle of a batch
-        kept = [r for r in out[first:] if r.offset >= min_offset]
-        del out[first:]
-        out.extend(kept)
-    if log_append_time:
-        max_timestamp = header.max_timestamp
-        for i in range(first, len(out)):
-            out[i].timestamp = max_timestamp
+        return _decode_sections([_records_section(_as_bytes(buf), pos, header)], topic, partition, min_offset)
 
 
 def decode_batches(
@@ -279,7 +252,7 @@ def decode_batches(
     trailing partial batch, and raises CorruptRecordError on a CRC mismatch.
     """
     data = _as_bytes(buf)
-    out: list[ConsumerRecord[Any, Any]] = []
+    sections: list[Section] = []
     with _gc_paused():
         for pos, header in iter_batch_headers(data):
             if header.is_control or header.base_offset + header.last_offset_delta < min_offset:
@@ -288,8 +261,54 @@ def decode_batches(
                 raise CorruptRecordError(
                     f"CRC mismatch in record batch at offset {header.base_offset} of {topic}-{partition}"
                 )
-            _decode_into(out, data, pos, header, topic, partition, min_offset)
+            sections.append(_records_section(data, pos, header))
+        return _decode_sections(sections, topic, partition, min_offset)
+
+
+def _decode_sections(
+    sections: list[Section], topic: str, partition: int, min_offset: int
+) -> list[ConsumerRecord[Any, Any]]:
+    """Decode ``sections``: all at once vectorised when possible, else section by section."""
+    if sum(s.record_count for s in sections) >= MIN_RECORDS:
+        fast = decode_sections(sections, topic, partition, min_offset, _read_headers)
+        if fast is not None:
+            return fast
+    out: list[ConsumerRecord[Any, Any]] = []
+    for section in sections:
+        fast = None
+        if len(sections) > 1 and section.record_count >= MIN_RECORDS:
+            fast = decode_sections([section], topic, partition, min_offset, _read_headers)
+        if fast is not None:
+            out.extend(fast)
+        else:
+            _decode_section_slowly(out, section, topic, partition, min_offset)
     return out
+
+
+def _decode_section_slowly(
+    out: list[ConsumerRecord[Any, Any]], section: Section, topic: str, partition: int, min_offset: int
+) -> None:
+    """Append the section's records to ``out`` with the pure-Python reference loop."""
+    first = len(out)
+    log_append_time = section.log_append_time
+    _decode_records(
+        out,
+        section.data,
+        section.start,
+        section.end,
+        section.record_count,
+        topic,
+        partition,
+        section.base_offset,
+        section.base_timestamp,
+        0 if log_append_time is None else 1,
+    )
+    if min_offset > section.base_offset:  # a fetch may start in the middle of a batch
+        kept = [r for r in out[first:] if r.offset >= min_offset]
+        del out[first:]
+        out.extend(kept)
+    if log_append_time is not None:
+        out[first:] = [r._replace(timestamp=log_append_time) for r in out[first:]]
 
 
 def decode_raw_records(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> list[RawRecord]:
@@ -297,7 +316,7 @@ def decode_raw_records(buf: bytes | bytearray | memoryview, pos: int, header: Ba
 
     Slower than :func:`decode_batch`; meant for control records, compaction and tests.
     """
-    data, p, end = _records_section(_as_bytes(buf), pos, header)
+    data, p, end = _records_section(_as_bytes(buf), pos, header)[:3]
     out: list[RawRecord] = []
     try:
         for _ in range(header.record_count):
