@@ -32,7 +32,7 @@ def build_tree(target: Path) -> Path:
 
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="kafkakit-mypy-") as tmp:
-        package = build_tree(Path(tmp))
+        build_tree(Path(tmp))
         cmd = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "-p", "kafkakit"]
         return subprocess.call(cmd, cwd=tmp, env={**__import__("os").environ, "MYPYPATH": tmp})
 

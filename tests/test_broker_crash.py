@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 from kafkakit import Admin, Consumer, NewTopic, Producer, TopicPartition
+
 from tests.brokers import BrokerMinProcess
 
 

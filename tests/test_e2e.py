@@ -11,7 +11,6 @@ import time
 import uuid
 
 import pytest
-
 from kafkakit import Admin, Consumer, NewTopic, Producer, TopicPartition
 from kafkakit.errors import OffsetOutOfRangeError
 
@@ -65,7 +64,9 @@ async def test_keyed_records_spread_over_partitions_like_java(broker) -> None:
     async with Producer(bootstrap_servers=broker.bootstrap_servers) as producer:
         futures = [await producer.send(topic, b"v", key=f"key-{i}".encode()) for i in range(300)]
         metadata = await asyncio.gather(*futures)
-    from kafkakit.producer.partitioner import partition_for_key as murmur2_partition  # the Java-compatible choice
+    from kafkakit.producer.partitioner import (
+        partition_for_key as murmur2_partition,  # the Java-compatible choice
+    )
 
     for i, md in enumerate(metadata):
         assert md.partition == murmur2_partition(f"key-{i}".encode(), 6)
@@ -170,12 +171,14 @@ async def test_async_iteration_and_pause_resume(broker) -> None:
         got = await consumer.getmany(timeout_ms=2000)
         assert set(got) == {tp0}
         consumer.resume(tp1)
-        seen = sum(len(v) for v in got.values())
+        values = [r.value for records in got.values() for r in records]
+        assert len(values) == 10
         async for record in consumer:
-            seen += 1
-            if seen == 20:
+            assert record.partition == 1
+            values.append(record.value)
+            if len(values) == 20:
                 break
-        assert seen == 20
+        assert sorted(values, key=int) == [str(i).encode() for i in range(20)]
 
 
 async def test_client_restart_resumes_from_position(broker) -> None:

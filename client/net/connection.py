@@ -14,13 +14,12 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
-
 from kafkakit import __version__
 from kafkakit.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
 from kafkakit.protocol.build import make_request
 from kafkakit.protocol.framing import ApiKey, _reader, decode_response, encode_request
 from kafkakit.protocol.versions import CLIENT_API_VERSIONS, pick_version
+from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +83,7 @@ class BrokerConnection:
             self._reader, self._writer = await asyncio.wait_for(
                 asyncio.open_connection(self.host, self.port, limit=1 << 20), self.connect_timeout
             )
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             self._closed = True
             raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
         self._read_task = asyncio.create_task(self._read_loop(), name=f"kafkakit-read-{self.host}:{self.port}")
@@ -167,7 +166,7 @@ class BrokerConnection:
         wait = self.request_timeout if timeout is None else timeout
         try:
             return await asyncio.wait_for(asyncio.shield(future), wait)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             error = KafkaTimeoutError(f"request {type(request).__name__} to {self.host}:{self.port} timed out after {wait:.1f}s")
             self._fail(error)
             raise error from None

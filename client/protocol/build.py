@@ -16,11 +16,10 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
+from kafkakit.protocol.framing import request_class, response_class
 from kio.schema.errors import ErrorCode
 
-from kafkakit.protocol.framing import request_class, response_class
-
-_UTC = datetime.timezone.utc
+_UTC = datetime.UTC
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -34,7 +33,7 @@ class _FieldInfo:
 
 def _unwrap_optional(tp: Any) -> Any:
     args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if typing.get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType")) and len(args) == 1:
+    if typing.get_origin(tp) in (typing.Union, __import__("types").UnionType) and len(args) == 1:
         return args[0]
     return tp
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import enum
 import io
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Callable
+from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
