@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, CloseConnection, RawResponse, make, nested
 from kafkakit.broker.log import AppendResult, BatchHeader, LogError, PartitionLog, read_batch_header
-from kafkakit.broker.log.batch import HEADER_SIZE, LOG_OVERHEAD
 from kafkakit.broker.producer_state import ProducerStateError
 from kafkakit.protocol import RequestHeaderInfo, decode_request, response_class
+from kafkakit.records.header import HEADER_SIZE, LOG_OVERHEAD
 from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""The little the log knows about record batches (v2, magic 2): header, CRC, offset rewrite.
+"""What the log checks and rewrites in record batches (v2, magic 2); the header itself is kafkakit.records'.
 
 Batches are opaque to the log apart from their 61-byte header; records are
 only walked to answer a ListOffsets-by-timestamp query exactly.  Layout::
@@ -12,91 +12,69 @@ only walked to answer a ListOffsets-by-timestamp query exactly.  Layout::
 from __future__ import annotations
 
 import struct
-from typing import Any, NamedTuple, NoReturn
+from typing import NoReturn
 
 from crc32c import crc32c
 from kafkakit.records.compression import decompress
+from kafkakit.records.header import (
+    ATTRIBUTES_OFFSET,
+    CODEC_MASK,
+    CONTROL_MASK,
+    CRC_OFFSET,
+    HEADER_SIZE,
+    HEADER_STRUCT,
+    LOG_OVERHEAD,
+    MAX_TIMESTAMP_OFFSET,
+    MIN_BATCH_LENGTH,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    BatchHeader,
+    make_header,
+)
+from kafkakit.records.varint import read_zigzag
 
 from .errors import CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE, InvalidBatchError
 
-HEADER = struct.Struct(">qiibIhiqqqhii")
-HEADER_SIZE = HEADER.size  # 61
-LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes batchLength does not count
-MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
-CRC_OFFSET = 17
-ATTRIBUTES_OFFSET = 21  # the CRC covers everything from here on
-MAX_TIMESTAMP_OFFSET = 35
+__all__ = [
+    "ATTRIBUTES_OFFSET",
+    "CRC_OFFSET",
+    "HEADER",
+    "HEADER_SIZE",
+    "LOG_OVERHEAD",
+    "MAX_TIMESTAMP_OFFSET",
+    "MIN_BATCH_LENGTH",
+    "COMPRESSION_MASK",
+    "MAX_CODEC",
+    "TIMESTAMP_TYPE_BIT",
+    "TRANSACTIONAL_BIT",
+    "CONTROL_BIT",
+    "LOG_APPEND_TIME",
+    "BatchHeader",
+    "make_header",
+    "read_batch_header",
+    "structural_problem",
+    "check_batches",
+    "offset_header",
+    "log_append_time_header",
+    "record_timestamps",
+]
+
+HEADER = HEADER_STRUCT
 _OFFSET_AND_EPOCH = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
 _U32 = struct.Struct(">I")
 _I16 = struct.Struct(">h")
 _I64 = struct.Struct(">q")
 
-COMPRESSION_MASK = 0x07
+COMPRESSION_MASK = CODEC_MASK
 MAX_CODEC = 4  # zstd
-TIMESTAMP_TYPE_BIT = 0x08
-TRANSACTIONAL_BIT = 0x10
-CONTROL_BIT = 0x20
+TIMESTAMP_TYPE_BIT = TIMESTAMP_TYPE_MASK
+TRANSACTIONAL_BIT = TRANSACTIONAL_MASK
+CONTROL_BIT = CONTROL_MASK
 LOG_APPEND_TIME = 1
 
 
-class BatchHeader(NamedTuple):
-    """The fixed-size header of a v2 record batch (same fields as ``kafkakit.records.BatchHeader``)."""
-
-    base_offset: int
-    batch_length: int
-    partition_leader_epoch: int
-    magic: int
-    crc: int
-    attributes: int
-    last_offset_delta: int
-    base_timestamp: int
-    max_timestamp: int
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    record_count: int
-
-    @property
-    def size(self) -> int:
-        """Bytes the whole batch occupies, including baseOffset and batchLength."""
-        return self.batch_length + LOG_OVERHEAD
-
-    @property
-    def last_offset(self) -> int:
-        return self.base_offset + self.last_offset_delta
-
-    @property
-    def next_offset(self) -> int:
-        return self.base_offset + self.last_offset_delta + 1
-
-    @property
-    def compression(self) -> int:
-        return self.attributes & COMPRESSION_MASK
-
-    @property
-    def timestamp_type(self) -> int:
-        """0 = CreateTime, 1 = LogAppendTime."""
-        return 1 if self.attributes & TIMESTAMP_TYPE_BIT else 0
-
-    @property
-    def is_transactional(self) -> bool:
-        return bool(self.attributes & TRANSACTIONAL_BIT)
-
-    @property
-    def is_control(self) -> bool:
-        return bool(self.attributes & CONTROL_BIT)
-
-
-def make_header(fields: tuple[Any, ...]) -> BatchHeader:
-    """A BatchHeader from ``HEADER.unpack_from`` output, skipping NamedTuple's slower ``__new__``."""
-    return _tuple_new(BatchHeader, fields)
-
-
-_tuple_new = tuple.__new__
-
-
 def read_batch_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
-    """Parse the header at ``pos``; the caller guarantees 61 bytes are there."""
+    """Parse the header at ``pos`` without validating it; the caller guarantees 61 bytes are there."""
     return make_header(HEADER.unpack_from(buf, pos))
 
 
@@ -219,26 +197,11 @@ def record_timestamps(batch: bytes, header: BatchHeader) -> list[tuple[int, int]
     out: list[tuple[int, int]] = []
     pos = 0
     for _ in range(header.record_count):
-        length, pos = _varint(payload, pos)
+        length, pos = read_zigzag(payload, pos)
         body_end = pos + length
-        timestamp_delta, after_timestamp = _varint(payload, pos + 1)  # skip the attributes byte
-        offset_delta, _ = _varint(payload, after_timestamp)
+        timestamp_delta, after_timestamp = read_zigzag(payload, pos + 1)  # skip the attributes byte
+        offset_delta, _ = read_zigzag(payload, after_timestamp)
         timestamp = header.max_timestamp if log_append_time else header.base_timestamp + timestamp_delta
         out.append((header.base_offset + offset_delta, timestamp))
         pos = body_end
     return out
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """Decode a zigzag varint at ``pos``; return (value, next position)."""
-    shift = 0
-    raw = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        raw |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")

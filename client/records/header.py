@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from crc32c import crc32c
 from kafkakit.errors import CorruptRecordError, UnsupportedCompressionTypeError
@@ -26,6 +26,7 @@ __all__ = [
     "HEADER_SIZE",
     "MAGIC",
     "BatchHeader",
+    "make_header",
     "read_batch_header",
     "iter_batch_headers",
     "verify_crc",
@@ -57,9 +58,13 @@ _U32 = struct.Struct(">I")
 _I16 = struct.Struct(">h")
 
 
-@dataclass(slots=True)
-class BatchHeader:
-    """The fixed fields of one record batch (magic 2)."""
+class BatchHeader(NamedTuple):
+    """The fixed fields of one record batch (magic 2).
+
+    A NamedTuple so that parsing one is a single C-level ``tuple.__new__`` over
+    ``struct.unpack_from`` output (:func:`make_header`): the broker parses one
+    per produced or stored batch.
+    """
 
     base_offset: int
     batch_length: int
@@ -109,6 +114,14 @@ class BatchHeader:
         return self.base_offset + self.last_offset_delta + 1
 
 
+_tuple_new = tuple.__new__
+
+
+def make_header(fields: tuple[int, ...]) -> BatchHeader:
+    """A BatchHeader from ``HEADER_STRUCT.unpack_from`` output, without validation."""
+    return _tuple_new(BatchHeader, fields)
+
+
 def read_batch_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """Parse the header of the batch starting at ``pos``.
 
@@ -117,7 +130,7 @@ def read_batch_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> Batc
     """
     if len(buf) - pos < HEADER_SIZE:
         raise CorruptRecordError(f"record batch header needs {HEADER_SIZE} bytes, {len(buf) - pos} left")
-    header = BatchHeader(*HEADER_STRUCT.unpack_from(buf, pos))
+    header = make_header(HEADER_STRUCT.unpack_from(buf, pos))
     if header.magic != MAGIC:
         raise CorruptRecordError(f"unsupported record batch magic {header.magic} at position {pos}")
     if header.batch_length < MIN_BATCH_LENGTH:
