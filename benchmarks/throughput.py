@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -27,6 +28,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+#: Producer batching: "tuned" gives every client linger 5 ms and 1 MiB batches;
+#: "defaults" leaves each client's own defaults (KAFKAKIT_BENCH_BATCHING env, set by --batching).
+def _tuned() -> bool:
+    return os.environ.get("KAFKAKIT_BENCH_BATCHING", "tuned") == "tuned"
+
+
+def _batching(linger: str, size: str) -> dict[str, int]:
+    return {linger: 5, size: 1 << 20} if _tuned() else {}
+
 
 PRODUCERS = ["kafkakit", "kafkakit-bulk", "aiokafka", "kafka-python", "confluent"]
 CONSUMERS = ["kafkakit", "aiokafka", "kafka-python", "confluent"]
@@ -44,7 +55,7 @@ async def _produce_kafkakit(bootstrap: str, topic: str, n: int, size: int, codec
     from kafkakit import Producer
 
     value = _payload(size)
-    async with Producer(bootstrap_servers=bootstrap, acks=1, compression_type=codec, linger_ms=5, max_batch_size=1 << 20) as producer:
+    async with Producer(bootstrap_servers=bootstrap, acks=1, compression_type=codec, **_batching("linger_ms", "max_batch_size")) as producer:
         await producer.partitions_for(topic)
         start = time.perf_counter()
         if bulk:
@@ -69,7 +80,7 @@ async def _produce_aiokafka(bootstrap: str, topic: str, n: int, size: int, codec
     from aiokafka import AIOKafkaProducer
 
     value = _payload(size)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=1, compression_type=codec, linger_ms=5, max_batch_size=1 << 20)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=1, compression_type=codec, **_batching("linger_ms", "max_batch_size"))
     await producer.start()
     try:
         await producer.partitions_for(topic)
@@ -90,7 +101,7 @@ def _produce_kafka_python(bootstrap: str, topic: str, n: int, size: int, codec: 
     from kafka import KafkaProducer
 
     value = _payload(size)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, compression_type=codec, linger_ms=5, batch_size=1 << 20)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, compression_type=codec, **_batching("linger_ms", "batch_size"))
     producer.partitions_for(topic)
     start = time.perf_counter()
     send = producer.send
@@ -111,8 +122,7 @@ def _produce_confluent(bootstrap: str, topic: str, n: int, size: int, codec: str
             "bootstrap.servers": bootstrap,
             "acks": 1,
             "compression.type": codec or "none",
-            "linger.ms": 5,
-            "batch.size": 1 << 20,
+            **_batching("linger.ms", "batch.size"),
             "queue.buffering.max.messages": 2_000_000,
             "queue.buffering.max.kbytes": 2_000_000,
             "enable.idempotence": False,
@@ -349,6 +359,7 @@ def main() -> None:
     parser.add_argument("--brokers", default="broker_min,kafka")
     parser.add_argument("--producers", default=",".join(PRODUCERS))
     parser.add_argument("--consumers", default=",".join(CONSUMERS))
+    parser.add_argument("--batching", choices=("tuned", "defaults"), default="tuned", help="producer batching: the same tuned settings for every client, or each client's defaults")
     parser.add_argument("--json", help="write the raw results to this file")
     parser.add_argument("--smoke", action="store_true", help="tiny run for CI: 20,000 records, one run, broker_min only")
     args = parser.parse_args()
@@ -359,6 +370,7 @@ def main() -> None:
         records_given = "--records" in sys.argv
         args.records = args.records if records_given else 20_000
         args.runs, args.brokers = 1, "broker_min"
+    os.environ["KAFKAKIT_BENCH_BATCHING"] = args.batching
     results = measure(args)
     text = report(results, args.records, args.size)
     print(text)
