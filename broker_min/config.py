@@ -47,7 +47,12 @@ class BrokerConfig:
     log_flush_messages: int = _LONG_MAX
     log_flush_ms: int = _LONG_MAX
     log_retention_check_interval_ms: int = 300_000
-    group_initial_rebalance_delay_ms: int = 3000
+    # Kafka's default is 3000; a small delay lets a new group's first join finish fast.
+    group_initial_rebalance_delay_ms: int = 100
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    # Kafka's default is 50; one partition is plenty for a single node.
+    offsets_topic_num_partitions: int = 1
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -66,6 +71,14 @@ class BrokerConfig:
         _check_range("log_flush_ms", self.log_flush_ms, 0)
         _check_range("log_retention_check_interval_ms", self.log_retention_check_interval_ms, 1)
         _check_range("group_initial_rebalance_delay_ms", self.group_initial_rebalance_delay_ms, 0)
+        _check_range("group_min_session_timeout_ms", self.group_min_session_timeout_ms, 0, 2**31 - 1)
+        _check_range(
+            "group_max_session_timeout_ms",
+            self.group_max_session_timeout_ms,
+            self.group_min_session_timeout_ms,
+            2**31 - 1,
+        )
+        _check_range("offsets_topic_num_partitions", self.offsets_topic_num_partitions, 1, 2**31 - 1)
         if self.cluster_id is not None and not self.cluster_id:
             raise KafkaConfigError("cluster_id", "must not be empty")
 

@@ -26,6 +26,7 @@ from typing import Any
 from kafkakit.broker.config import BrokerConfig
 from kafkakit.broker.handlers import HANDLERS, unsupported_version_response
 from kafkakit.broker.handlers.base import ApiHandler, CloseConnection, RawResponse
+from kafkakit.broker.handlers.groups import CLIENT_HOST
 from kafkakit.broker.state import BrokerState
 from kafkakit.protocol import RequestHeaderInfo, decode_request, decode_request_header, encode_response
 
@@ -93,6 +94,8 @@ class _Connection:
     # -- reading -------------------------------------------------------------
 
     async def _read_requests(self) -> None:
+        # Handler tasks copy this context: group members are described with their host, as in Kafka.
+        CLIENT_HOST.set("/" + self._peer.rpartition(":")[0])
         with contextlib.suppress(_ConnectionClosed, ConnectionError):
             while True:
                 body = await self._read_frame()

@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from kafkakit.broker.config import BrokerConfig
-from kafkakit.broker.log import LogConfig, LogManager, PartitionLog
+from kafkakit.broker.coordinators.group_coordinator import GroupCoordinator, GroupSettings
+from kafkakit.broker.coordinators.offsets_topic import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIGS, OffsetsTopic
+from kafkakit.broker.log import LogConfig, LogError, LogManager, PartitionLog
 from kafkakit.broker.producer_state import ProducerIdAllocator, ProducerStateRegistry
 from kafkakit.errors import KafkaConfigError
 
@@ -154,6 +156,10 @@ class BrokerState:
         self._append_waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
         self._background: list[asyncio.Task[None]] = []
         self._open_registered_partitions()
+        self.groups = GroupCoordinator(
+            OffsetsTopic(self, config.offsets_topic_num_partitions), group_settings(config)
+        )
+        self.groups.load()
 
     # -- listener --------------------------------------------------------------
 
@@ -205,6 +211,20 @@ class BrokerState:
         if info is None or not 0 <= partition < info.num_partitions:
             return None
         return self.logs.get(topic, partition)
+
+    def offsets_topic_partitions(self) -> int | None:
+        """Partition count of ``__consumer_offsets``, None until the group coordinator first writes."""
+        info = self.topics.get(OFFSETS_TOPIC)
+        return None if info is None else info.num_partitions
+
+    def offsets_topic_log(self, partition: int) -> PartitionLog:
+        """A partition log of ``__consumer_offsets``, creating the internal compacted topic on first use."""
+        if OFFSETS_TOPIC not in self.topics:
+            self.create_topic(OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, OFFSETS_TOPIC_CONFIGS)
+        log = self.partition_log(OFFSETS_TOPIC, partition)
+        if log is None:
+            raise LogError(f"{OFFSETS_TOPIC}-{partition} does not exist")
+        return log
 
     def _open_registered_partitions(self) -> None:
         for topic, partitions in self.logs.topics().items():
@@ -258,6 +278,7 @@ class BrokerState:
 
     async def stop_background_tasks(self) -> None:
         """Cancel the maintenance tasks and wait for them."""
+        self.groups.shutdown()
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -286,6 +307,15 @@ class BrokerState:
     def close(self) -> None:
         """Flush and close every log so the next start needs no recovery."""
         self.logs.close()
+
+
+def group_settings(config: BrokerConfig) -> GroupSettings:
+    """The group coordinator's settings (group.* broker settings)."""
+    return GroupSettings(
+        initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+        min_session_timeout_ms=config.group_min_session_timeout_ms,
+        max_session_timeout_ms=config.group_max_session_timeout_ms,
+    )
 
 
 def broker_log_config(config: BrokerConfig) -> LogConfig:

@@ -1,1 +1,1 @@
-"""Package."""
+"""Coordinators: the classic group coordinator and its ``__consumer_offsets`` storage."""

@@ -16,8 +16,10 @@ from kafkakit.broker.handlers import (
     cluster,
     coordinator,
     fetch,
+    groups,
     list_offsets,
     metadata,
+    offsets,
     produce,
     producer_id,
     topics,
@@ -26,7 +28,19 @@ from kafkakit.broker.handlers.base import ApiHandler
 from kafkakit.protocol import RequestHeaderInfo, response_class
 from kio.schema.errors import ErrorCode
 
-_MODULES = (api_versions, metadata, topics, produce, fetch, list_offsets, cluster, coordinator, producer_id)
+_MODULES = (
+    api_versions,
+    metadata,
+    topics,
+    produce,
+    fetch,
+    list_offsets,
+    cluster,
+    coordinator,
+    producer_id,
+    groups,
+    offsets,
+)
 
 HANDLERS: dict[int, ApiHandler] = {h.api_key: h for m in _MODULES for h in m.HANDLERS}
 

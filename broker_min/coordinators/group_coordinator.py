@@ -1,0 +1,1021 @@
+"""The classic group coordinator: JoinGroup/SyncGroup/Heartbeat/LeaveGroup, offsets, timers, persistence.
+
+A port of the classic-group half of Apache Kafka's ``GroupMetadataManager`` and
+``OffsetMetadataManager`` (group-coordinator module) to one asyncio loop.  Every
+operation is a plain synchronous method that runs to completion on the loop, so
+no locking is needed; a JoinGroup or SyncGroup that must wait for the rest of
+the group returns a future the handler awaits (the long poll), and other
+connections keep being served meanwhile.
+
+Timers mirror Kafka's timer keys, one ``loop.call_later`` handle per key:
+
+- ``("heartbeat", group, member)``: session expiry (a new member's JoinGroup gets
+  ``new_member_join_timeout_ms`` instead); re-armed by Heartbeat, OffsetCommit,
+  join completion and assignment propagation;
+- ``("join", group)``: the initial rebalance delay of a new/empty group (extended
+  while members keep arriving, up to the rebalance timeout), else the rebalance
+  timeout after which members that did not rejoin are dropped;
+- ``("sync", group)``: members that got their JoinGroup answer but do not send
+  SyncGroup within the rebalance timeout are removed and the group rebalances.
+
+Persistence: group metadata and committed offsets are appended to
+``__consumer_offsets`` (see :mod:`.offsets_topic`) before the in-memory state
+changes, as Kafka does, and :meth:`GroupCoordinator.load` replays that topic on
+start-up.  Groups come back Empty with their last generation and protocol type;
+their members are not restored (they rejoin).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kafkakit.broker.log import LogError
+from kafkakit.broker.log.errors import MESSAGE_TOO_LARGE
+from kio.schema.errors import ErrorCode
+
+from .group import (
+    ClassicGroup,
+    GroupError,
+    GroupState,
+    JoinResult,
+    Member,
+    Protocols,
+    SyncResult,
+    complete_join,
+    complete_sync,
+    new_member_id,
+    now_ms,
+)
+from .group_records import (
+    GroupKey,
+    GroupRecordError,
+    GroupValue,
+    MemberValue,
+    OffsetKey,
+    OffsetValue,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    encode_group_key,
+    encode_group_value,
+    encode_offset_key,
+    encode_offset_value,
+)
+from .offsets_topic import CoordinatorRecord, OffsetsTopic
+
+log = logging.getLogger("kafkakit.broker.groups")
+
+TimerKey = tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSettings:
+    """The broker's group.* settings (Kafka's names and defaults unless noted)."""
+
+    initial_rebalance_delay_ms: int = 3000
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+    new_member_join_timeout_ms: int = 300_000
+    offset_metadata_max_bytes: int = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    """A JoinGroup, version differences already resolved by the handler.
+
+    ``require_known_member_id`` is True from v4 (a dynamic member with an empty
+    member id gets MEMBER_ID_REQUIRED and an id to rejoin with).
+    """
+
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    protocol_type: str
+    protocols: Protocols
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    require_known_member_id: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRequest:
+    """A SyncGroup; ``protocol_type``/``protocol_name`` are None before v5."""
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    protocol_type: str | None
+    protocol_name: str | None
+    assignments: Sequence[tuple[str, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetToCommit:
+    """One partition of an OffsetCommit."""
+
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedOffset:
+    """One partition of an OffsetFetch answer (offset -1 when nothing is committed)."""
+
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str
+    error: ErrorCode = ErrorCode.none
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    """A member as DescribeGroups shows it (metadata/assignment only while Stable)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    """A group as DescribeGroups shows it; an unknown group is described as Dead."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol_name: str
+    members: tuple[MemberDescription, ...]
+
+
+class GroupCoordinator:
+    """Every classic group and committed offset of this broker."""
+
+    def __init__(self, store: OffsetsTopic, settings: GroupSettings) -> None:
+        self._store = store
+        self.settings = settings
+        self.groups: dict[str, ClassicGroup] = {}
+        self.offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
+        self._timers: dict[TimerKey, asyncio.TimerHandle] = {}
+
+    # ==================================================================== load / stop
+
+    def load(self) -> None:
+        """Rebuild groups and committed offsets from ``__consumer_offsets`` (last value per key wins)."""
+        count = 0
+        for key_bytes, value_bytes in self._store.replay():
+            count += 1
+            try:
+                key = decode_key(key_bytes)
+                if isinstance(key, OffsetKey):
+                    self._replay_offset(key, value_bytes)
+                elif isinstance(key, GroupKey):
+                    self._replay_group(key, value_bytes)
+            except GroupRecordError as exc:
+                log.warning("skipping unreadable __consumer_offsets record: %s", exc)
+        if count:
+            log.info(
+                "loaded %d group(s) and %d committed offset(s) from %d record(s)",
+                len(self.groups),
+                sum(len(o) for o in self.offsets.values()),
+                count,
+            )
+
+    def _replay_offset(self, key: OffsetKey, value: bytes | None) -> None:
+        offsets = self.offsets.setdefault(key.group, {})
+        if value is None:
+            offsets.pop((key.topic, key.partition), None)
+            if not offsets:
+                del self.offsets[key.group]
+            return
+        offsets[(key.topic, key.partition)] = decode_offset_value(value)
+        self.groups.setdefault(key.group, ClassicGroup(key.group))  # a "simple" group, as Kafka does
+
+    def _replay_group(self, key: GroupKey, value: bytes | None) -> None:
+        if value is None:
+            self.groups.pop(key.group, None)
+            return
+        stored = decode_group_value(value)
+        self.groups[key.group] = ClassicGroup(
+            key.group,
+            state_timestamp_ms=stored.current_state_timestamp,
+            protocol_type=stored.protocol_type or None,
+            generation_id=stored.generation,
+        )
+
+    def shutdown(self) -> None:
+        """Cancel every timer (broker stop); parked requests end with their connections."""
+        for handle in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
+
+    # ==================================================================== timers
+
+    def _schedule(self, key: TimerKey, delay_ms: int, action: Callable[..., None], *args: Any) -> None:
+        self._cancel(key)
+        loop = asyncio.get_running_loop()
+        self._timers[key] = loop.call_later(max(delay_ms, 0) / 1000, self._fire, key, action, args)
+
+    def _fire(self, key: TimerKey, action: Callable[..., None], args: tuple[Any, ...]) -> None:
+        self._timers.pop(key, None)
+        try:
+            action(*args)
+        except Exception:
+            log.exception("group coordinator timer %s failed", key)
+
+    def _cancel(self, key: TimerKey) -> None:
+        handle = self._timers.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+
+    def _reschedule_heartbeat(
+        self, group: ClassicGroup, member: Member, timeout_ms: int | None = None
+    ) -> None:
+        self._schedule(
+            ("heartbeat", group.group_id, member.member_id),
+            member.session_timeout_ms if timeout_ms is None else timeout_ms,
+            self._expire_heartbeat,
+            group.group_id,
+            member.member_id,
+        )
+
+    def _cancel_heartbeat(self, group: ClassicGroup, member_id: str) -> None:
+        self._cancel(("heartbeat", group.group_id, member_id))
+
+    # ==================================================================== JoinGroup
+
+    def join(self, request: JoinRequest) -> asyncio.Future[JoinResult]:
+        """Handle a JoinGroup; the future resolves when the answer is known (maybe after the join phase)."""
+        future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        error = self._check_join(request)
+        if error is not None:
+            future.set_result(JoinResult(error, request.member_id))
+            return future
+        is_unknown_member = request.member_id == ""
+        group = self.groups.get(request.group_id)
+        if group is None:
+            if not is_unknown_member:
+                future.set_result(JoinResult(ErrorCode.unknown_member_id, request.member_id))
+                return future
+            group = self._create_group(request.group_id)
+            if group is None:
+                future.set_result(JoinResult(ErrorCode.coordinator_not_available, request.member_id))
+                return future
+        if is_unknown_member:
+            self._join_new_member(group, request, future)
+        else:
+            self._join_existing_member(group, request, future)
+        return future
+
+    def _check_join(self, request: JoinRequest) -> ErrorCode | None:
+        if not request.group_id:
+            return ErrorCode.invalid_group_id
+        settings = self.settings
+        if (
+            not settings.min_session_timeout_ms
+            <= request.session_timeout_ms
+            <= settings.max_session_timeout_ms
+        ):
+            return ErrorCode.invalid_session_timeout
+        return None
+
+    def _create_group(self, group_id: str) -> ClassicGroup | None:
+        """A new group, committed to the log with Kafka's "empty group" record first."""
+        group = ClassicGroup(group_id)
+        empty = GroupValue("", 0, None, None, group.state_timestamp_ms, ())
+        if (
+            self._persist(group_id, [(encode_group_key(GroupKey(group_id)), encode_group_value(empty))])
+            is not None
+        ):
+            return None
+        self.groups[group_id] = group
+        return group
+
+    def _join_new_member(
+        self, group: ClassicGroup, request: JoinRequest, future: asyncio.Future[JoinResult]
+    ) -> None:
+        if not group.supports_protocols(request.protocol_type, [name for name, _ in request.protocols]):
+            future.set_result(JoinResult(ErrorCode.inconsistent_group_protocol, ""))
+            return
+        member_id = new_member_id(request.client_id, request.group_instance_id)
+        instance_id = request.group_instance_id
+        if instance_id is not None:
+            existing = group.static_members.get(instance_id)
+            if existing is not None:
+                log.info(
+                    "group %s: static member %s rejoins in %s; replacing member id %s",
+                    group.group_id,
+                    instance_id,
+                    group.state.value,
+                    existing,
+                )
+                self._replace_static_member(group, request, existing, member_id, future)
+            else:
+                self._add_member_and_rebalance(group, request, member_id, future)
+        elif request.require_known_member_id:
+            # The id must come back in a second JoinGroup; until then it only holds a session.
+            group.pending_join.add(member_id)
+            self._schedule(
+                ("heartbeat", group.group_id, member_id),
+                request.session_timeout_ms,
+                self._expire_heartbeat,
+                group.group_id,
+                member_id,
+            )
+            future.set_result(JoinResult(ErrorCode.member_id_required, member_id))
+        else:
+            self._add_member_and_rebalance(group, request, member_id, future)
+
+    def _join_existing_member(
+        self, group: ClassicGroup, request: JoinRequest, future: asyncio.Future[JoinResult]
+    ) -> None:
+        member_id = request.member_id
+        if not group.supports_protocols(request.protocol_type, [name for name, _ in request.protocols]):
+            future.set_result(JoinResult(ErrorCode.inconsistent_group_protocol, member_id))
+            return
+        if member_id in group.pending_join:
+            self._add_member_and_rebalance(group, request, member_id, future)
+            return
+        try:
+            member = group.validate_member(member_id, request.group_instance_id)
+        except GroupError as exc:
+            future.set_result(JoinResult(exc.code, member_id))
+            return
+        state = group.state
+        if state is GroupState.PREPARING_REBALANCE:
+            self._update_member_and_rebalance(group, member, request, future)
+        elif state is GroupState.COMPLETING_REBALANCE:
+            if member.matches(request.protocols):
+                # It probably missed its JoinGroup answer: give it the current generation again.
+                future.set_result(group.join_result(member))
+            else:
+                self._update_member_and_rebalance(group, member, request, future)
+        elif state is GroupState.STABLE:
+            if group.is_leader(member_id) or not member.matches(request.protocols):
+                # The leader rejoining is how it asks for a rebalance (e.g. topic metadata changed).
+                self._update_member_and_rebalance(group, member, request, future)
+            else:
+                future.set_result(group.join_result(member))
+        else:
+            future.set_result(JoinResult(ErrorCode.unknown_member_id, member_id))
+
+    def _add_member_and_rebalance(
+        self, group: ClassicGroup, request: JoinRequest, member_id: str, future: asyncio.Future[JoinResult]
+    ) -> None:
+        member = Member(
+            member_id,
+            request.group_instance_id,
+            request.client_id,
+            request.client_host,
+            request.rebalance_timeout_ms,
+            request.session_timeout_ms,
+            request.protocol_type,
+            request.protocols,
+            is_new=True,
+        )
+        if group.is_in(GroupState.PREPARING_REBALANCE) and group.previous_state is GroupState.EMPTY:
+            group.new_member_added = True  # lets the initial rebalance delay be extended
+        group.add(member, future)
+        # A new member cannot heartbeat while its JoinGroup is parked; it gets a longer deadline.
+        self._reschedule_heartbeat(group, member, self.settings.new_member_join_timeout_ms)
+        self._maybe_prepare_rebalance_or_complete_join(group, f"adding member {member_id}")
+
+    def _update_member_and_rebalance(
+        self, group: ClassicGroup, member: Member, request: JoinRequest, future: asyncio.Future[JoinResult]
+    ) -> None:
+        _supersede_join(member)
+        group.update_member(
+            member, request.protocols, request.rebalance_timeout_ms, request.session_timeout_ms, future
+        )
+        self._maybe_prepare_rebalance_or_complete_join(group, f"member {member.member_id} rejoined")
+
+    def _replace_static_member(
+        self,
+        group: ClassicGroup,
+        request: JoinRequest,
+        old_member_id: str,
+        new_member_id: str,
+        future: asyncio.Future[JoinResult],
+    ) -> None:
+        """KIP-345: a known instance id rejoining with no member id takes over the old member."""
+        instance_id = request.group_instance_id
+        assert instance_id is not None
+        previous_leader = group.leader_id
+        member = group.replace_static_member(instance_id, old_member_id, new_member_id)
+        self._cancel_heartbeat(group, old_member_id)
+        self._reschedule_heartbeat(group, member)
+        old_protocols = member.protocols
+        old_timeouts = (member.rebalance_timeout_ms, member.session_timeout_ms)
+        group.update_member(
+            member, request.protocols, request.rebalance_timeout_ms, request.session_timeout_ms, future
+        )
+        if group.is_in(GroupState.STABLE):
+            if group.protocol_name != group.select_protocol():
+                self._maybe_prepare_rebalance_or_complete_join(
+                    group, f"static member {instance_id} changed protocols"
+                )
+                return
+            # Same protocol: no rebalance.  Persist the new member id, then hand back the
+            # current generation; the leader named is the previous one, so a rejoining leader
+            # acts as a follower and SyncGroup returns the assignment it already had.
+            assignment = {m.member_id: m.assignment for m in group.members.values()}
+            error = self._persist(group.group_id, [self._group_record(group, assignment)])
+            if error is not None:
+                member.join_waiter = None
+                group.update_member(member, old_protocols, *old_timeouts, None)
+                restored = group.replace_static_member(instance_id, new_member_id, old_member_id)
+                self._cancel_heartbeat(group, new_member_id)
+                self._reschedule_heartbeat(group, restored)
+                future.set_result(JoinResult(error, ""))
+                return
+            complete_join(
+                member,
+                JoinResult(
+                    ErrorCode.none,
+                    new_member_id,
+                    group.generation_id,
+                    group.protocol_type,
+                    group.protocol_name,
+                    previous_leader or "",
+                ),
+            )
+        elif group.is_in(GroupState.COMPLETING_REBALANCE):
+            # The leader may already be assigning to the old id: start over.
+            self._prepare_rebalance(group, f"static member {instance_id} rejoined during CompletingRebalance")
+        else:
+            self._maybe_complete_join_phase(group)
+
+    # ==================================================================== rebalance machinery
+
+    def _maybe_prepare_rebalance_or_complete_join(self, group: ClassicGroup, reason: str) -> None:
+        if group.can_rebalance():
+            self._prepare_rebalance(group, reason)
+        else:
+            self._maybe_complete_join_phase(group)
+
+    def _prepare_rebalance(self, group: ClassicGroup, reason: str) -> None:
+        if group.is_in(GroupState.COMPLETING_REBALANCE):
+            self._reset_and_propagate_assignment(group, ErrorCode.rebalance_in_progress)
+        self._remove_sync_expiration(group)
+        initial = group.is_in(GroupState.EMPTY)
+        if initial:
+            delay = self.settings.initial_rebalance_delay_ms
+            remaining = max(group.rebalance_timeout_ms() - delay, 0)
+            self._schedule(
+                ("join", group.group_id),
+                delay,
+                self._try_complete_initial_rebalance,
+                group.group_id,
+                delay,
+                remaining,
+            )
+        group.transition_to(GroupState.PREPARING_REBALANCE)
+        log.info(
+            "group %s preparing to rebalance from generation %d (%s)",
+            group.group_id,
+            group.generation_id,
+            reason,
+        )
+        if not initial:
+            self._maybe_complete_join_else_schedule(group)
+
+    def _maybe_complete_join_else_schedule(self, group: ClassicGroup) -> None:
+        if group.has_all_members_joined():
+            self._complete_join(group)
+        else:
+            self._schedule(
+                ("join", group.group_id),
+                group.rebalance_timeout_ms(),
+                self._complete_join_by_id,
+                group.group_id,
+            )
+
+    def _try_complete_initial_rebalance(self, group_id: str, delay_ms: int, remaining_ms: int) -> None:
+        group = self.groups.get(group_id)
+        if group is None or not group.is_in(GroupState.PREPARING_REBALANCE):
+            return
+        if group.new_member_added and remaining_ms != 0:
+            # Members are still arriving: wait one more delay, within the rebalance timeout.
+            group.new_member_added = False
+            next_delay = min(self.settings.initial_rebalance_delay_ms, remaining_ms)
+            next_remaining = max(remaining_ms - delay_ms, 0)
+            self._schedule(
+                ("join", group_id),
+                next_delay,
+                self._try_complete_initial_rebalance,
+                group_id,
+                next_delay,
+                next_remaining,
+            )
+        else:
+            self._complete_join(group)
+
+    def _maybe_complete_join_phase(self, group: ClassicGroup) -> None:
+        """Complete the join phase now if every member rejoined (never during the initial delay)."""
+        if (
+            group.is_in(GroupState.PREPARING_REBALANCE)
+            and group.previous_state is not GroupState.EMPTY
+            and group.has_all_members_joined()
+        ):
+            self._complete_join(group)
+
+    def _complete_join_by_id(self, group_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is not None and group.is_in(GroupState.PREPARING_REBALANCE):
+            self._complete_join(group)
+
+    def _complete_join(self, group: ClassicGroup) -> None:
+        """End the join phase: drop dynamic members that did not rejoin, start the next generation,
+        answer every parked JoinGroup and wait for SyncGroups."""
+        self._cancel(("join", group.group_id))
+        for member in group.not_yet_rejoined():
+            if not member.is_static:
+                log.info(
+                    "group %s: removing member %s, which did not rejoin", group.group_id, member.member_id
+                )
+                self._remove_member(group, member)
+        if group.is_in(GroupState.DEAD):
+            return
+        if not group.maybe_elect_new_joined_leader() and group.members:
+            # Only static members that did not rejoin are left: wait for them (or their expiry).
+            self._schedule(
+                ("join", group.group_id),
+                group.rebalance_timeout_ms(),
+                self._complete_join_by_id,
+                group.group_id,
+            )
+            return
+        group.init_next_generation()
+        if group.is_in(GroupState.EMPTY):
+            log.info("group %s is empty at generation %d", group.group_id, group.generation_id)
+            if self._persist(group.group_id, [self._group_record(group, {})]) is not None:
+                log.warning("group %s: could not store its empty metadata", group.group_id)
+            return
+        log.info(
+            "group %s: generation %d with %d member(s), protocol %s",
+            group.group_id,
+            group.generation_id,
+            len(group.members),
+            group.protocol_name,
+        )
+        for member in list(group.members.values()):
+            complete_join(member, group.join_result(member))
+            self._reschedule_heartbeat(group, member)
+            member.is_new = False
+            group.pending_sync.add(member.member_id)
+        self._schedule(
+            ("sync", group.group_id),
+            group.rebalance_timeout_ms(),
+            self._expire_pending_sync,
+            group.group_id,
+            group.generation_id,
+        )
+
+    def _expire_pending_sync(self, group_id: str, generation_id: int) -> None:
+        group = self.groups.get(group_id)
+        if group is None or group.generation_id != generation_id:
+            return
+        if group.is_in(GroupState.COMPLETING_REBALANCE, GroupState.STABLE) and group.pending_sync:
+            missing = sorted(group.pending_sync)
+            for member_id in missing:
+                member = group.members.get(member_id)
+                if member is not None:
+                    self._remove_member(group, member)
+            self._prepare_rebalance(group, f"members {missing} sent no SyncGroup")
+
+    def _remove_sync_expiration(self, group: ClassicGroup) -> None:
+        group.pending_sync.clear()
+        self._cancel(("sync", group.group_id))
+
+    def _reset_and_propagate_assignment(self, group: ClassicGroup, error: ErrorCode) -> None:
+        for member in group.members.values():
+            member.assignment = b""
+        self._propagate_assignment(group, error)
+
+    def _set_and_propagate_assignment(self, group: ClassicGroup, assignment: Mapping[str, bytes]) -> None:
+        for member in group.members.values():
+            member.assignment = assignment.get(member.member_id, b"")
+        self._propagate_assignment(group, ErrorCode.none)
+
+    def _propagate_assignment(self, group: ClassicGroup, error: ErrorCode) -> None:
+        ok = error is ErrorCode.none
+        for member in list(group.members.values()):
+            result = SyncResult(
+                error,
+                member.assignment,
+                group.protocol_type if ok else None,
+                group.protocol_name if ok else None,
+            )
+            if complete_sync(member, result):
+                # Expiries that fired while it waited were ignored; give it a fresh session.
+                self._reschedule_heartbeat(group, member)
+
+    def _remove_member(self, group: ClassicGroup, member: Member) -> None:
+        """Drop a member, answering whatever it has parked with UNKNOWN_MEMBER_ID."""
+        self._cancel_heartbeat(group, member.member_id)
+        complete_join(member, JoinResult(ErrorCode.unknown_member_id, ""))
+        complete_sync(member, SyncResult(ErrorCode.unknown_member_id))
+        group.remove(member.member_id)
+
+    def _expire_heartbeat(self, group_id: str, member_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(GroupState.DEAD):
+            return
+        if member_id in group.pending_join:
+            log.info("group %s: pending member %s never rejoined; dropping it", group_id, member_id)
+            group.remove(member_id)
+            if group.is_in(GroupState.PREPARING_REBALANCE) and group.has_all_members_joined():
+                self._complete_join(group)
+            return
+        member = group.members.get(member_id)
+        if member is None or member.has_satisfied_heartbeat():
+            return
+        log.info("group %s: session of member %s expired; removing it", group_id, member_id)
+        self._remove_member(group, member)
+        if group.is_in(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance_or_complete_join(group, f"member {member_id} session expired")
+        elif group.is_in(GroupState.PREPARING_REBALANCE) and group.has_all_members_joined():
+            self._complete_join(group)
+
+    # ==================================================================== SyncGroup
+
+    def sync(self, request: SyncRequest) -> asyncio.Future[SyncResult]:
+        """Handle a SyncGroup; followers' futures resolve when the leader's assignment is stored."""
+        future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
+        if not request.group_id:
+            future.set_result(SyncResult(ErrorCode.invalid_group_id))
+            return future
+        group = self.groups.get(request.group_id)
+        if group is None or group.is_in(GroupState.EMPTY):
+            future.set_result(SyncResult(ErrorCode.unknown_member_id))
+            return future
+        try:
+            member = group.validate_member(request.member_id, request.group_instance_id)
+            if request.generation_id != group.generation_id:
+                raise GroupError(ErrorCode.illegal_generation)
+            if _inconsistent(request.protocol_type, group.protocol_type) or _inconsistent(
+                request.protocol_name, group.protocol_name
+            ):
+                raise GroupError(ErrorCode.inconsistent_group_protocol)
+        except GroupError as exc:
+            future.set_result(SyncResult(exc.code))
+            return future
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            future.set_result(SyncResult(ErrorCode.rebalance_in_progress))
+        elif group.is_in(GroupState.COMPLETING_REBALANCE):
+            _supersede_sync(member)
+            member.sync_waiter = future
+            self._remove_pending_sync(group, member.member_id)
+            if group.is_leader(member.member_id):
+                self._store_leader_assignment(group, request)
+        else:  # Stable: it already has its assignment
+            self._remove_pending_sync(group, member.member_id)
+            future.set_result(
+                SyncResult(ErrorCode.none, member.assignment, group.protocol_type, group.protocol_name)
+            )
+        return future
+
+    def _remove_pending_sync(self, group: ClassicGroup, member_id: str) -> None:
+        group.pending_sync.discard(member_id)
+        if not group.pending_sync:
+            self._cancel(("sync", group.group_id))
+
+    def _store_leader_assignment(self, group: ClassicGroup, request: SyncRequest) -> None:
+        assignment = dict(request.assignments)
+        missing = [m for m in group.members if m not in assignment]
+        for member_id in missing:
+            assignment[member_id] = b""
+        if missing:
+            log.warning(
+                "group %s generation %d: empty assignment for %s",
+                group.group_id,
+                group.generation_id,
+                missing,
+            )
+        # Members that are not in the group are dropped from what is stored and sent.
+        assignment = {m: assignment[m] for m in group.members}
+        error = self._persist(group.group_id, [self._group_record(group, assignment)])
+        if error is not None:
+            self._reset_and_propagate_assignment(group, error)
+            self._maybe_prepare_rebalance_or_complete_join(
+                group, f"storing the assignment failed ({error.name})"
+            )
+            return
+        self._set_and_propagate_assignment(group, assignment)
+        group.transition_to(GroupState.STABLE)
+
+    # ==================================================================== Heartbeat
+
+    def heartbeat(
+        self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int
+    ) -> ErrorCode:
+        """Keep a member's session alive; REBALANCE_IN_PROGRESS tells it to rejoin."""
+        if not group_id:
+            return ErrorCode.invalid_group_id
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.unknown_member_id
+        try:
+            member = group.validate_member(member_id, group_instance_id)
+        except GroupError as exc:
+            return exc.code
+        if generation_id != group.generation_id:
+            return ErrorCode.illegal_generation
+        if group.is_in(GroupState.EMPTY):
+            return ErrorCode.unknown_member_id
+        self._reschedule_heartbeat(group, member)
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    # ==================================================================== LeaveGroup
+
+    def leave(
+        self, group_id: str, members: Sequence[tuple[str, str | None]]
+    ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
+        """Remove members by member id, or by instance id with an empty member id (v3+ batch leave).
+
+        Returns the top-level error and (member id, instance id, error) per member.
+        """
+        if not group_id:
+            return ErrorCode.invalid_group_id, []
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.none, [(m, i, ErrorCode.unknown_member_id) for m, i in members]
+        answers: list[tuple[str, str | None, ErrorCode]] = []
+        for member_id, instance_id in members:
+            answers.append((member_id, instance_id, self._leave_one(group, member_id, instance_id)))
+        if any(error is ErrorCode.none for _, _, error in answers):
+            if group.is_in(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+                self._maybe_prepare_rebalance_or_complete_join(group, "members left")
+            elif group.is_in(GroupState.PREPARING_REBALANCE):
+                self._maybe_complete_join_phase(group)
+        return ErrorCode.none, answers
+
+    def _leave_one(self, group: ClassicGroup, member_id: str, instance_id: str | None) -> ErrorCode:
+        if member_id == "":
+            # Administrative removal of a static member by its instance id.
+            current = group.static_members.get(instance_id) if instance_id is not None else None
+            if current is None:
+                return ErrorCode.unknown_member_id
+            log.info("group %s: static member %s (%s) left", group.group_id, instance_id, current)
+            self._remove_member(group, group.members[current])
+            return ErrorCode.none
+        if member_id in group.pending_join:
+            group.remove(member_id)
+            self._cancel_heartbeat(group, member_id)
+            return ErrorCode.none
+        try:
+            member = group.validate_member(member_id, instance_id)
+        except GroupError as exc:
+            return exc.code
+        log.info("group %s: member %s left", group.group_id, member_id)
+        self._remove_member(group, member)
+        return ErrorCode.none
+
+    # ==================================================================== offsets
+
+    def commit_offsets(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: Sequence[OffsetToCommit],
+        retention_ms: int = -1,
+    ) -> list[ErrorCode]:
+        """Validate the committer and store ``offsets``; one error code per partition, in order."""
+        group = self.groups.get(group_id)
+        try:
+            if group is None:
+                if generation_id >= 0:
+                    raise GroupError(ErrorCode.illegal_generation, f"group {group_id} does not exist")
+                group = ClassicGroup(group_id)  # a simple (standalone) consumer's group
+                self.groups[group_id] = group
+            else:
+                self._validate_commit(group, generation_id, member_id, group_instance_id)
+        except GroupError as exc:
+            return [exc.code] * len(offsets)
+        if group.is_in(GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+            member = group.members.get(member_id)
+            if member is not None:
+                self._reschedule_heartbeat(group, member)
+        now = now_ms()
+        expire = now + retention_ms if retention_ms >= 0 else -1
+        errors: list[ErrorCode] = []
+        records: list[CoordinatorRecord] = []
+        accepted: list[tuple[OffsetKey, OffsetValue]] = []
+        for o in offsets:
+            metadata = o.metadata or ""
+            if len(metadata) > self.settings.offset_metadata_max_bytes:
+                errors.append(ErrorCode.offset_metadata_too_large)
+                continue
+            key = OffsetKey(group_id, o.topic, o.partition)
+            value = OffsetValue(o.offset, o.leader_epoch, metadata, now, expire)
+            records.append((encode_offset_key(key), encode_offset_value(value)))
+            accepted.append((key, value))
+            errors.append(ErrorCode.none)
+        error = self._persist(group_id, records, offsets=True)
+        if error is not None:
+            return [error if e is ErrorCode.none else e for e in errors]
+        stored = self.offsets.setdefault(group_id, {})
+        for key, value in accepted:
+            stored[(key.topic, key.partition)] = value
+        return errors
+
+    def _validate_commit(
+        self, group: ClassicGroup, generation_id: int, member_id: str, group_instance_id: str | None
+    ) -> None:
+        """Kafka's ``ClassicGroup.validateOffsetCommit`` (non-transactional)."""
+        if group.is_in(GroupState.DEAD):
+            raise GroupError(ErrorCode.coordinator_not_available)
+        if generation_id < 0 and group.is_in(GroupState.EMPTY):
+            return  # admin client or standalone consumer: allowed while nobody is a member
+        if generation_id >= 0 or member_id or group_instance_id is not None:
+            group.validate_member(member_id, group_instance_id)
+            if generation_id != group.generation_id:
+                raise GroupError(ErrorCode.illegal_generation)
+        elif not group.is_in(GroupState.EMPTY):
+            raise GroupError(ErrorCode.unknown_member_id)
+        if group.is_in(GroupState.COMPLETING_REBALANCE):
+            raise GroupError(ErrorCode.rebalance_in_progress)
+
+    def fetch_offsets(
+        self, group_id: str, topics: Sequence[tuple[str, Sequence[int]]] | None, require_stable: bool = False
+    ) -> list[tuple[str, list[FetchedOffset]]]:
+        """Committed offsets of ``topics`` (every committed partition when None); -1 where none."""
+        stored = self.offsets.get(group_id, {})
+        if topics is None:
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in stored:
+                by_topic.setdefault(topic, []).append(partition)
+            topics = [(t, sorted(ps)) for t, ps in by_topic.items()]
+        return [
+            (topic, [self._fetched(group_id, stored, topic, p, require_stable) for p in partitions])
+            for topic, partitions in topics
+        ]
+
+    def _fetched(
+        self,
+        group_id: str,
+        stored: Mapping[tuple[str, int], OffsetValue],
+        topic: str,
+        partition: int,
+        require_stable: bool,
+    ) -> FetchedOffset:
+        if require_stable and self.has_pending_transactional_offsets(group_id, topic, partition):
+            return FetchedOffset(partition, -1, -1, "", ErrorCode.unstable_offset_commit)
+        value = stored.get((topic, partition))
+        if value is None:
+            return FetchedOffset(partition, -1, -1, "")
+        return FetchedOffset(partition, value.offset, value.leader_epoch, value.metadata)
+
+    def has_pending_transactional_offsets(self, group_id: str, topic: str, partition: int) -> bool:
+        """Whether a TxnOffsetCommit for this partition awaits its transaction's end (KIP-447).
+
+        Transactional offset commits do not exist yet, so never; the transaction
+        coordinator will hook in here.
+        """
+        return False
+
+    # ==================================================================== admin
+
+    def describe(self, group_ids: Iterable[str]) -> list[GroupDescription]:
+        """DescribeGroups: members with metadata and assignment only while Stable; unknown groups are Dead."""
+        out = []
+        for group_id in group_ids:
+            group = self.groups.get(group_id)
+            if group is None:
+                out.append(GroupDescription(group_id, GroupState.DEAD.value, "", "", ()))
+                continue
+            stable = group.is_in(GroupState.STABLE)
+            members = tuple(
+                MemberDescription(
+                    m.member_id,
+                    m.group_instance_id,
+                    m.client_id,
+                    m.client_host,
+                    m.metadata(group.protocol_name) if stable else b"",
+                    m.assignment if stable else b"",
+                )
+                for m in group.members.values()
+            )
+            out.append(
+                GroupDescription(
+                    group_id,
+                    group.state.value,
+                    group.protocol_type or "",
+                    (group.protocol_name or "") if stable else "",
+                    members,
+                )
+            )
+        return out
+
+    def list_groups(self, states: Iterable[str] = ()) -> list[tuple[str, str, str]]:
+        """(group id, protocol type, state) of every group, optionally only in ``states`` (any case)."""
+        wanted = {s.lower() for s in states}
+        return [
+            (g.group_id, g.protocol_type or "", g.state.value)
+            for g in self.groups.values()
+            if not wanted or g.state.value.lower() in wanted
+        ]
+
+    def delete_groups(self, group_ids: Iterable[str]) -> list[tuple[str, ErrorCode]]:
+        """Delete Empty groups and their offsets (tombstones in the log); NON_EMPTY_GROUP otherwise."""
+        out = []
+        for group_id in group_ids:
+            group = self.groups.get(group_id)
+            if group is None or group.is_in(GroupState.DEAD):
+                out.append((group_id, ErrorCode.group_id_not_found))
+            elif not group.is_in(GroupState.EMPTY):
+                out.append((group_id, ErrorCode.non_empty_group))
+            else:
+                out.append((group_id, self._delete_group(group)))
+        return out
+
+    def _delete_group(self, group: ClassicGroup) -> ErrorCode:
+        group_id = group.group_id
+        offsets = self.offsets.get(group_id, {})
+        records: list[CoordinatorRecord] = [
+            (encode_offset_key(OffsetKey(group_id, topic, partition)), None) for topic, partition in offsets
+        ]
+        records.append((encode_group_key(GroupKey(group_id)), None))
+        error = self._persist(group_id, records)
+        if error is not None:
+            return error
+        self.offsets.pop(group_id, None)
+        group.transition_to(GroupState.DEAD)
+        del self.groups[group_id]
+        for key in [k for k in self._timers if k[1] == group_id]:
+            self._cancel(key)
+        log.info("deleted group %s and %d committed offset(s)", group_id, len(offsets))
+        return ErrorCode.none
+
+    # ==================================================================== persistence
+
+    def _group_record(self, group: ClassicGroup, assignment: Mapping[str, bytes]) -> CoordinatorRecord:
+        members = tuple(
+            MemberValue(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout_ms,
+                m.session_timeout_ms,
+                m.metadata(group.protocol_name),
+                assignment.get(m.member_id, b""),
+            )
+            for m in group.members.values()
+        )
+        value = GroupValue(
+            group.protocol_type or "",
+            group.generation_id,
+            group.protocol_name,
+            group.leader_id,
+            group.state_timestamp_ms,
+            members,
+        )
+        return encode_group_key(GroupKey(group.group_id)), encode_group_value(value)
+
+    def _persist(
+        self, group_id: str, records: Sequence[CoordinatorRecord], *, offsets: bool = False
+    ) -> ErrorCode | None:
+        """Append ``records``; None on success, else the error Kafka answers for a failed append."""
+        try:
+            self._store.append(group_id, records)
+        except LogError as exc:
+            log.error("group %s: appending to __consumer_offsets failed: %s", group_id, exc)
+            if exc.code == MESSAGE_TOO_LARGE:
+                return ErrorCode.invalid_commit_offset_size if offsets else ErrorCode.unknown_server_error
+            return ErrorCode.coordinator_not_available
+        return None
+
+
+def _inconsistent(requested: str | None, current: str | None) -> bool:
+    return requested is not None and requested != current
+
+
+def _supersede_join(member: Member) -> None:
+    """A second JoinGroup from a member replaces its parked one, which is told to rejoin."""
+    if member.join_waiter is not None and not member.join_waiter.done():
+        member.join_waiter.set_result(JoinResult(ErrorCode.rebalance_in_progress, member.member_id))
+    member.join_waiter = None
+
+
+def _supersede_sync(member: Member) -> None:
+    if member.sync_waiter is not None and not member.sync_waiter.done():
+        member.sync_waiter.set_result(SyncResult(ErrorCode.rebalance_in_progress))
+    member.sync_waiter = None

@@ -1,0 +1,114 @@
+"""OffsetCommit (key 8) v2-8 and OffsetFetch (key 9) v1-7: committed offsets of groups.
+
+OffsetCommit: partitions of topics this broker does not know get
+UNKNOWN_TOPIC_OR_PARTITION (Kafka's KafkaApis check); the rest go to the group
+coordinator, which validates generation and member (ILLEGAL_GENERATION,
+UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS while the group is
+CompletingRebalance) and accepts a standalone consumer's commit (generation -1,
+empty member id) while the group has no members.  ``retention_time`` (v2-4) is
+stored as Kafka stores it (an expire timestamp) but offsets never expire here.
+
+OffsetFetch: a null topic list (v2+) asks for every committed partition;
+``require_stable`` (v7) answers UNSTABLE_OFFSET_COMMIT for partitions with a
+pending transactional commit.  v8+ (several groups per request) is not served.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafkakit.broker.coordinators.group_coordinator import OffsetToCommit
+from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, has_field, make, nested
+from kafkakit.protocol import RequestHeaderInfo, response_class
+from kafkakit.protocol.build import millis
+from kio.schema.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kafkakit.broker.state import BrokerState
+
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+NO_LEADER_EPOCH = -1
+
+
+async def handle_offset_commit(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
+    """Store the committed offsets of each partition; one error code per partition."""
+    cls = response_class(OFFSET_COMMIT, header.api_version)
+    topic_cls = nested(cls, "OffsetCommitResponseTopic")
+    partition_cls = nested(cls, "OffsetCommitResponsePartition")
+    to_commit: list[OffsetToCommit] = []
+    for topic in request.topics:
+        if state.topics.get(topic.name) is None:
+            continue
+        for p in topic.partitions:
+            to_commit.append(
+                OffsetToCommit(
+                    topic.name,
+                    p.partition_index,
+                    p.committed_offset,
+                    getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH),
+                    p.committed_metadata,
+                )
+            )
+    retention_ms = millis(request.retention_time) if has_field(type(request), "retention_time") else -1
+    errors = iter(
+        state.groups.commit_offsets(
+            request.group_id,
+            request.generation_id_or_member_epoch,
+            request.member_id,
+            getattr(request, "group_instance_id", None),
+            to_commit,
+            retention_ms,
+        )
+        if to_commit
+        else ()
+    )
+    topics = []
+    for topic in request.topics:
+        known = state.topics.get(topic.name) is not None
+        partitions = tuple(
+            make(
+                partition_cls,
+                partition_index=p.partition_index,
+                error_code=next(errors) if known else ErrorCode.unknown_topic_or_partition,
+            )
+            for p in topic.partitions
+        )
+        topics.append(make(topic_cls, name=topic.name, partitions=partitions))
+    return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+async def handle_offset_fetch(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
+    """Committed offset, leader epoch and metadata per partition (-1 where nothing is committed)."""
+    cls = response_class(OFFSET_FETCH, header.api_version)
+    topic_cls = nested(cls, "OffsetFetchResponseTopic")
+    partition_cls = nested(cls, "OffsetFetchResponsePartition")
+    wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
+    fetched = state.groups.fetch_offsets(
+        request.group_id, wanted, bool(getattr(request, "require_stable", False))
+    )
+    topics = tuple(
+        make(
+            topic_cls,
+            name=topic,
+            partitions=tuple(
+                make(
+                    partition_cls,
+                    partition_index=f.partition,
+                    committed_offset=f.offset,
+                    committed_leader_epoch=f.leader_epoch,
+                    metadata=f.metadata,
+                    error_code=f.error,
+                )
+                for f in partitions
+            ),
+        )
+        for topic, partitions in fetched
+    )
+    return make(cls, throttle_time=NO_THROTTLE, topics=topics, error_code=ErrorCode.none)
+
+
+HANDLERS = (
+    ApiHandler(OFFSET_COMMIT, 2, 8, handle_offset_commit),
+    ApiHandler(OFFSET_FETCH, 1, 7, handle_offset_fetch),
+)
