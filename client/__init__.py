@@ -17,6 +17,7 @@ from kafkakit.errors import (
     KafkaConfigError,
     KafkaConnectionError,
     KafkaError,
+    CommitFailedError,
     KafkaTimeoutError,
     NotYetSupportedError,
 )
@@ -31,7 +32,7 @@ from kafkakit.structs import (
 
 if TYPE_CHECKING:
     from kafkakit.admin import Admin
-    from kafkakit.consumer import Consumer
+    from kafkakit.consumer import Consumer, ConsumerRebalanceListener
     from kafkakit.producer import Producer
 
 __version__ = "0.1.0"
@@ -39,7 +40,9 @@ __version__ = "0.1.0"
 __all__ = [
     "Admin",
     "BrokerResponseError",
+    "CommitFailedError",
     "Consumer",
+    "ConsumerRebalanceListener",
     "ConsumerRecord",
     "KafkaConfigError",
     "KafkaConnectionError",
@@ -55,7 +58,12 @@ __all__ = [
     "__version__",
 ]
 
-_LAZY = {"Producer": "kafkakit.producer", "Consumer": "kafkakit.consumer", "Admin": "kafkakit.admin"}
+_LAZY = {
+    "Producer": "kafkakit.producer",
+    "Consumer": "kafkakit.consumer",
+    "ConsumerRebalanceListener": "kafkakit.consumer",
+    "Admin": "kafkakit.admin",
+}
 
 
 def __getattr__(name: str) -> Any:

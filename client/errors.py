@@ -64,6 +64,16 @@ class NotYetSupportedError(KafkaError, NotImplementedError):
     """A feature that kafkakit does not implement yet."""
 
 
+class CommitFailedError(KafkaError):
+    """An offset commit cannot succeed: this member is no longer in the group generation it
+    consumed in (kicked out after a session or poll timeout, or fenced by a rejoin).
+
+    Not retriable: the partitions may already belong to another member. The
+    consumer rejoins on its next poll; records processed since the last
+    successful commit may be delivered again to their new owner.
+    """
+
+
 class BrokerResponseError(KafkaError):
     """An error code returned by a broker."""
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from kafkakit.consumer import Consumer
 from kafkakit.consumer.fetcher import _Chunk, _decode_all, _decode_committed
-from kafkakit.errors import CorruptRecordError, IllegalStateError, KafkaConfigError, NotYetSupportedError
+from kafkakit.errors import CorruptRecordError, IllegalStateError, KafkaConfigError
 from kafkakit.records import build_control_batch, encode_batch, set_base_offset
 from kafkakit.structs import TopicPartition
 
@@ -48,16 +48,6 @@ def test_bad_bootstrap_is_a_config_error() -> None:
     with pytest.raises(KafkaConfigError) as info:
         Consumer(bootstrap_servers="host:notaport")
     assert info.value.setting == "bootstrap_servers"
-
-
-def test_groups_are_not_supported_yet() -> None:
-    with pytest.raises(NotYetSupportedError, match="group"):
-        Consumer("some-topic", bootstrap_servers="localhost:9092")
-    with pytest.raises(NotYetSupportedError, match="group"):
-        Consumer(bootstrap_servers="localhost:9092", group_id="g")
-    consumer = Consumer(bootstrap_servers="localhost:9092")
-    with pytest.raises(NotYetSupportedError):
-        consumer.subscribe(["t"])
 
 
 def test_read_committed_is_accepted() -> None:

@@ -2,5 +2,7 @@
 
 from .consumer import Consumer
 from .fetcher import NoOffsetForPartitionError
+from .group import GroupMetadata
+from .subscription import ConsumerRebalanceListener
 
-__all__ = ["Consumer", "NoOffsetForPartitionError"]
+__all__ = ["Consumer", "ConsumerRebalanceListener", "GroupMetadata", "NoOffsetForPartitionError"]

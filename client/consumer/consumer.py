@@ -1,13 +1,15 @@
-"""The public consumer: manual partition assignment, positions, prefetching reads.
+"""The public consumer: consumer groups or manual assignment, positions, prefetching reads.
 
-Method names follow aiokafka's ``AIOKafkaConsumer``. Consumer groups
-(``group_id``, ``subscribe``) arrive with the group coordinator; until then
-they raise :class:`~kafkakit.errors.NotYetSupportedError`.
+Method names follow aiokafka's ``AIOKafkaConsumer``. With a ``group_id``,
+``subscribe()`` (or topics given to the constructor) lets the group share the
+partitions (see :mod:`kafkakit.consumer.group`); ``assign()`` reads chosen
+partitions and may still commit offsets for the group.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, TypeAlias
@@ -17,22 +19,21 @@ from kafkakit.errors import (
     ConsumerStoppedError,
     IllegalStateError,
     KafkaConfigError,
-    NotYetSupportedError,
 )
-from kafkakit.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from kafkakit.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
+from .assignors import CooperativeStickyAssignor, RangeAssignor
 from .fetcher import Deserializer, Fetcher, FetcherConfig, PartitionState
+from .group import GroupConfig, GroupCoordinator, GroupMetadata, check_assignors
 from .offsets import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED, list_offsets
+from .subscription import ConsumerRebalanceListener, SubscriptionState
 
 Record: TypeAlias = ConsumerRecord[Any, Any]
 
 _RESET_POLICIES = ("earliest", "latest", "none")
 _ISOLATION_LEVELS = {"read_uncommitted": READ_UNCOMMITTED, "read_committed": READ_COMMITTED}
 _INT32_MAX = 2**31 - 1
-_GROUPS_LATER = (
-    "consumer groups (group_id, subscribe, topics in the constructor) are not supported yet; "
-    "use assign() with explicit TopicPartitions"
-)
+_NEEDS_GROUP = "needs a group_id (a consumer without one can only assign() partitions)"
 
 
 def _check_int(setting: str, value: Any, minimum: int, maximum: int = _INT32_MAX) -> int:
@@ -49,12 +50,39 @@ def _check_deserializer(setting: str, value: Any) -> Deserializer | None:
     return value  # type: ignore[no-any-return]
 
 
+def _check_group_id(value: Any) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise KafkaConfigError("group_id", f"must be a non-empty string or None, got {value!r}")
+    return value  # type: ignore[no-any-return]
+
+
+def _check_listener(listener: Any) -> ConsumerRebalanceListener | None:
+    if listener is None or isinstance(listener, ConsumerRebalanceListener):
+        return listener
+    if callable(getattr(listener, "on_partitions_revoked", None)) and callable(
+        getattr(listener, "on_partitions_assigned", None)
+    ):
+        return listener  # type: ignore[no-any-return]  # duck-typed listener
+    raise TypeError(
+        f"listener must be a ConsumerRebalanceListener (or have on_partitions_revoked/on_partitions_assigned), "
+        f"got {listener!r}"
+    )
+
+
 class Consumer:
-    """An asyncio Kafka consumer reading manually assigned partitions.
+    """An asyncio Kafka consumer: a member of a consumer group, or a reader of assigned partitions.
 
     ``getmany`` is the fast path: a background fetcher keeps the next Fetch for
     every broker in flight while the application works, and records are decoded
     only when handed out. Use it as ``async with Consumer(...) as consumer:``.
+
+    Group settings (see docs/consumer.md, "Consumer groups"): ``group_id``,
+    ``group_instance_id`` (static membership), ``partition_assignment_strategy``
+    (default cooperative-sticky, then range), ``session_timeout_ms``,
+    ``heartbeat_interval_ms``, ``rebalance_timeout_ms`` (default
+    ``max_poll_interval_ms``), ``max_poll_interval_ms``, ``enable_auto_commit``,
+    ``auto_commit_interval_ms`` and ``leave_group_on_close`` (default: True for
+    dynamic members, False for static ones).
     """
 
     def __init__(
@@ -63,6 +91,13 @@ class Consumer:
         bootstrap_servers: str | Iterable[str] = "localhost:9092",
         client_id: str = "kafkakit",
         group_id: str | None = None,
+        group_instance_id: str | None = None,
+        partition_assignment_strategy: Any = None,
+        session_timeout_ms: int = 45000,
+        heartbeat_interval_ms: int = 3000,
+        rebalance_timeout_ms: int | None = None,
+        max_poll_interval_ms: int = 300000,
+        leave_group_on_close: bool | None = None,
         key_deserializer: Deserializer | None = None,
         value_deserializer: Deserializer | None = None,
         fetch_max_wait_ms: int = 500,
@@ -81,10 +116,9 @@ class Consumer:
         allow_auto_create_topics: bool = True,
         connections_max_idle_ms: int = 540000,
     ) -> None:
-        if topics:
-            raise NotYetSupportedError(f"subscribing to {list(topics)}: {_GROUPS_LATER}")
-        if group_id is not None:
-            raise NotYetSupportedError(f"group_id={group_id!r}: {_GROUPS_LATER}")
+        group_id = _check_group_id(group_id)
+        if topics and group_id is None:
+            raise KafkaConfigError("group_id", f"subscribing to {list(topics)} {_NEEDS_GROUP}")
         if not isinstance(client_id, str):
             raise KafkaConfigError("client_id", f"must be a string, got {client_id!r}")
         fetch_max_wait_ms = _check_int("fetch_max_wait_ms", fetch_max_wait_ms, 0)
@@ -102,10 +136,23 @@ class Consumer:
         if max_poll_records is not None:
             _check_int("max_poll_records", max_poll_records, 1)
         _check_int("auto_commit_interval_ms", auto_commit_interval_ms, 0)
+        self._group_config = self._group_settings(
+            group_id,
+            group_instance_id,
+            partition_assignment_strategy,
+            session_timeout_ms,
+            heartbeat_interval_ms,
+            rebalance_timeout_ms,
+            max_poll_interval_ms,
+            bool(enable_auto_commit),
+            auto_commit_interval_ms,
+            leave_group_on_close,
+            request_timeout_ms,
+            retry_backoff_ms,
+        )
         self._isolation_level = _ISOLATION_LEVELS[isolation_level]
         self._request_timeout = request_timeout_ms / 1000
         self._max_poll_records = max_poll_records
-        self._enable_auto_commit = bool(enable_auto_commit)  # used once groups exist
         self._cluster = Cluster(
             bootstrap_servers,
             client_id=client_id,
@@ -131,8 +178,79 @@ class Consumer:
                 value_deserializer=_check_deserializer("value_deserializer", value_deserializer),
             ),
         )
+        self._subscription = SubscriptionState()
+        self._group: GroupCoordinator | None = None
+        if self._group_config is not None:
+            self._group = GroupCoordinator(
+                self._cluster, self._subscription, self._fetcher, self._group_config
+            )
+            self._fetcher.committed_lookup = self._group.committed_positions
         self._started = False
+        self._stopping = False
         self._closed = False
+        if topics:
+            self.subscribe(topics)
+
+    @staticmethod
+    def _group_settings(
+        group_id: str | None,
+        group_instance_id: Any,
+        strategy: Any,
+        session_timeout_ms: Any,
+        heartbeat_interval_ms: Any,
+        rebalance_timeout_ms: Any,
+        max_poll_interval_ms: Any,
+        enable_auto_commit: bool,
+        auto_commit_interval_ms: int,
+        leave_group_on_close: Any,
+        request_timeout_ms: int,
+        retry_backoff_ms: Any,
+    ) -> GroupConfig | None:
+        """Validate the group settings (None without a group_id)."""
+        if group_instance_id is not None and (
+            not isinstance(group_instance_id, str) or not group_instance_id
+        ):
+            raise KafkaConfigError(
+                "group_instance_id", f"must be a non-empty string or None, got {group_instance_id!r}"
+            )
+        if group_id is None:
+            if group_instance_id is not None:
+                raise KafkaConfigError("group_instance_id", "static membership needs a group_id")
+            return None
+        session = _check_int("session_timeout_ms", session_timeout_ms, 1)
+        heartbeat = _check_int("heartbeat_interval_ms", heartbeat_interval_ms, 1)
+        if heartbeat >= session:
+            raise KafkaConfigError(
+                "heartbeat_interval_ms", f"must be lower than session_timeout_ms ({heartbeat} >= {session})"
+            )
+        max_poll = _check_int("max_poll_interval_ms", max_poll_interval_ms, 1)
+        rebalance = (
+            max_poll
+            if rebalance_timeout_ms is None
+            else _check_int("rebalance_timeout_ms", rebalance_timeout_ms, 1)
+        )
+        if leave_group_on_close is None:
+            leave_group_on_close = group_instance_id is None
+        elif not isinstance(leave_group_on_close, bool):
+            raise KafkaConfigError(
+                "leave_group_on_close", f"must be a bool or None, got {leave_group_on_close!r}"
+            )
+        if strategy is None:
+            strategy = (CooperativeStickyAssignor(), RangeAssignor())
+        return GroupConfig(
+            group_id=group_id,
+            group_instance_id=group_instance_id,
+            assignors=check_assignors(strategy),
+            session_timeout_ms=session,
+            rebalance_timeout_ms=rebalance,
+            heartbeat_interval_ms=heartbeat,
+            max_poll_interval_ms=max_poll,
+            enable_auto_commit=enable_auto_commit,
+            auto_commit_interval_ms=auto_commit_interval_ms,
+            leave_group_on_close=leave_group_on_close,
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+        )
 
     # -- lifecycle -------------------------------------------------------
 
@@ -144,13 +262,28 @@ class Consumer:
             return
         await self._cluster.start()
         self._fetcher.start()
+        if self._group is not None:
+            self._group.start()
         self._started = True
 
     async def stop(self) -> None:
-        """Stop fetching and close every connection; waiting calls raise ConsumerStoppedError."""
-        if self._closed:
+        """Leave the group (committing and revoking first, see ``leave_group_on_close``), stop
+        fetching and close every connection; waiting calls raise ConsumerStoppedError."""
+        if self._closed or self._stopping:
             return
+        self._stopping = True
+        if self._group is not None and self._started:
+            # Before _closed: the listener may still commit() the partitions it gives up.
+            await self._group.close()
         self._closed = True
+        await self._fetcher.close()
+        await self._cluster.close()
+
+    async def _abort(self) -> None:
+        """Stop like a crashed process would: no commit, no listener call, no LeaveGroup (tests)."""
+        self._closed = True
+        if self._group is not None:
+            await self._group.abort()
         await self._fetcher.close()
         await self._cluster.close()
 
@@ -171,12 +304,49 @@ class Consumer:
 
     # -- assignment ------------------------------------------------------
 
-    def subscribe(self, *args: Any, **kwargs: Any) -> None:
-        """Not available before consumer groups are implemented."""
-        raise NotYetSupportedError(_GROUPS_LATER)
+    def subscribe(
+        self,
+        topics: Iterable[str] = (),
+        pattern: str | re.Pattern[str] | None = None,
+        listener: ConsumerRebalanceListener | None = None,
+    ) -> None:
+        """Join the group for ``topics`` or every topic whose whole name matches ``pattern``.
+
+        The group decides which partitions this consumer reads; ``listener``
+        hears about every change. A pattern is re-evaluated on every metadata
+        refresh (``metadata_max_age_ms``). Calling it again replaces the
+        subscription (and rebalances).
+        """
+        if self._group is None:
+            raise KafkaConfigError("group_id", f"subscribe() {_NEEDS_GROUP}")
+        if isinstance(topics, (str, bytes)):
+            raise TypeError("subscribe() takes a list of topics (or pattern=...), not a string")
+        topics = list(topics)
+        if bool(topics) == (pattern is not None):
+            raise ValueError("subscribe() takes either topics or a pattern")
+        checked = _check_listener(listener)
+        if pattern is not None:
+            self._subscription.subscribe_pattern(pattern, checked)
+        else:
+            self._subscription.subscribe_topics(topics, checked)
+        self._group.subscription_changed()
+
+    def unsubscribe(self) -> None:
+        """Stop reading: give up the group's partitions (the listener's ``on_partitions_revoked``
+        and the LeaveGroup run in the background) or drop a manual assignment."""
+        if self._group is not None and self._subscription.group_managed:
+            listener = self._subscription.listener
+            self._subscription.unsubscribe()
+            if self._started and not self._closed:
+                self._group.unsubscribe(listener)
+            self._group.subscription_changed()
+            return
+        self._subscription.unsubscribe()
+        self._fetcher.assign([])
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        """Read exactly ``partitions``; those not assigned before start at the reset policy."""
+        """Read exactly ``partitions`` (no group rebalancing); those not assigned before start at
+        their committed offset (with a ``group_id``), else at the reset policy."""
         if isinstance(partitions, (str, bytes, TopicPartition)):
             raise TypeError("assign() takes a list of TopicPartition")
         checked = []
@@ -191,11 +361,63 @@ class Consumer:
             if tp[1] < 0:
                 raise ValueError(f"negative partition in {tp!r}")
             checked.append(TopicPartition(tp[0], tp[1]))
+        self._subscription.assign_from_user()
         self._fetcher.assign(checked)
 
     def assignment(self) -> set[TopicPartition]:
-        """The partitions currently assigned."""
+        """The partitions currently assigned (by the group, or by ``assign()``)."""
         return self._fetcher.assignment()
+
+    # -- group offsets -------------------------------------------------------
+
+    def _require_group(self, what: str) -> GroupCoordinator:
+        if self._group is None:
+            raise KafkaConfigError("group_id", f"{what} needs a group_id")
+        self._check_running()
+        return self._group
+
+    async def commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None) -> None:
+        """Commit offsets for the group and wait for the broker's answer.
+
+        ``offsets`` maps partitions to the offset of the *next* record to read
+        (``record.offset + 1``), as an int or ``OffsetAndMetadata(offset,
+        metadata)``; None commits the current positions of every assigned
+        partition (what ``getmany`` handed out). Raises
+        :class:`~kafkakit.errors.RebalanceInProgressError` while the group
+        rebalances (commit revoked partitions in ``on_partitions_revoked``),
+        :class:`~kafkakit.errors.CommitFailedError` when this member's
+        generation is over, and :class:`~kafkakit.errors.FencedInstanceIdError`
+        when another consumer took over its ``group_instance_id``.
+        """
+        group = self._require_group("commit()")
+        if offsets is None:
+            checked = {
+                tp: OffsetAndMetadata(o, "")
+                for tp, o in self._fetcher.positions(self._fetcher.assignment()).items()
+            }
+        else:
+            checked = _check_offsets(offsets)
+        await group.commit(checked)
+
+    async def committed(self, partition: TopicPartition) -> int | None:
+        """The group's committed offset for ``partition`` (None when there is none)."""
+        found = await self.committed_offsets([partition])
+        result = found.get(partition)
+        return None if result is None else result.offset
+
+    async def committed_offsets(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Committed offsets with their metadata; partitions without one are left out."""
+        group = self._require_group("committed()")
+        tps = [TopicPartition(tp[0], tp[1]) for tp in partitions]
+        return await group.fetch_committed(tps)
+
+    def group_metadata(self) -> GroupMetadata:
+        """group_id, generation_id, member_id and group_instance_id of this member right now."""
+        if self._group is None:
+            raise KafkaConfigError("group_id", f"group_metadata() {_NEEDS_GROUP}")
+        return self._group.group_metadata()
 
     def _state(self, tp: TopicPartition) -> PartitionState:
         try:
@@ -332,6 +554,18 @@ class Consumer:
             max_records = self._max_poll_records
         elif max_records < 1:
             raise ValueError(f"max_records must be positive, got {max_records}")
+        group = self._group
+        if group is None:
+            return await self._getmany(partitions, timeout_ms, max_records)
+        group.poll_started()
+        try:
+            return await self._getmany(partitions, timeout_ms, max_records)
+        finally:
+            group.poll_ended()
+
+    async def _getmany(
+        self, partitions: tuple[TopicPartition, ...], timeout_ms: int, max_records: int | None
+    ) -> dict[TopicPartition, list[Record]]:
         fetcher = self._fetcher
         if fetcher.has_in_flight():
             await asyncio.sleep(0)  # let a response that has arrived be read while we drain
@@ -350,10 +584,21 @@ class Consumer:
             await fetcher.wait_for_data(remaining)
             if fetcher.closed:
                 raise ConsumerStoppedError("the consumer was stopped")
+            self._raise_group_error()
 
     async def getone(self, *partitions: TopicPartition) -> Record:
         """The next record (from ``partitions`` if given), waiting as long as it takes."""
         self._check_running()
+        group = self._group
+        if group is None:
+            return await self._getone(partitions)
+        group.poll_started()
+        try:
+            return await self._getone(partitions)
+        finally:
+            group.poll_ended()
+
+    async def _getone(self, partitions: tuple[TopicPartition, ...]) -> Record:
         fetcher = self._fetcher
         while True:
             states = self._states(partitions)
@@ -365,6 +610,11 @@ class Consumer:
             await fetcher.wait_for_data(None)
             if fetcher.closed:
                 raise ConsumerStoppedError("the consumer was stopped")
+            self._raise_group_error()
+
+    def _raise_group_error(self) -> None:
+        if self._group is not None and self._group.fatal_error is not None:
+            raise self._group.fatal_error
 
     def __aiter__(self) -> Consumer:
         return self
@@ -374,3 +624,29 @@ class Consumer:
             return await self.getone()
         except ConsumerStoppedError:
             raise StopAsyncIteration from None
+
+
+def _check_offsets(
+    offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+) -> dict[TopicPartition, OffsetAndMetadata]:
+    if not isinstance(offsets, Mapping):
+        raise TypeError(f"commit() takes a dict of TopicPartition -> offset, got {offsets!r}")
+    checked: dict[TopicPartition, OffsetAndMetadata] = {}
+    for tp, value in offsets.items():
+        if (
+            not isinstance(tp, tuple)
+            or len(tp) != 2
+            or not isinstance(tp[0], str)
+            or not isinstance(tp[1], int)
+        ):
+            raise TypeError(f"commit() keys must be TopicPartition, got {tp!r}")
+        if isinstance(value, OffsetAndMetadata):
+            offset, metadata = value.offset, value.metadata
+        else:
+            offset, metadata = value, ""
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset for {tp} must be a non-negative integer, got {offset!r}")
+        if metadata is not None and not isinstance(metadata, str):
+            raise TypeError(f"commit metadata for {tp} must be a string, got {metadata!r}")
+        checked[TopicPartition(tp[0], tp[1])] = OffsetAndMetadata(offset, metadata or "")
+    return checked

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeAlias
 
 from kafkakit.cluster import Cluster
@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 Record: TypeAlias = ConsumerRecord[Any, Any]
 Deserializer: TypeAlias = Callable[[Any], Any]
+#: Where newly assigned partitions start when the consumer has a group: committed offsets.
+CommittedLookup: TypeAlias = Callable[[list[TopicPartition]], Awaitable[dict[TopicPartition, int]]]
 
 _OFFSET_OUT_OF_RANGE = 1
 # Partition errors that a metadata refresh (and a retry) fixes: unknown topic or
@@ -175,6 +177,8 @@ class Fetcher:
         self._next_refresh = 0.0
         self._closed = False
         self._rotation = 0
+        #: Set by the group coordinator: positions come from committed offsets before the reset policy.
+        self.committed_lookup: CommittedLookup | None = None
 
     # -- lifecycle -------------------------------------------------------
 
@@ -224,6 +228,25 @@ class Fetcher:
     def pause(self, tp: TopicPartition) -> None:
         self._states[tp].paused = True
 
+    def pause_if_assigned(self, tp: TopicPartition) -> None:
+        """Stop handing out ``tp`` (a partition being revoked); no-op when it is not assigned."""
+        state = self._states.get(tp)
+        if state is not None:
+            state.paused = True
+
+    def positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The known positions (next offset to hand out) of the assigned ones among ``partitions``."""
+        out = {}
+        for tp in partitions:
+            state = self._states.get(tp)
+            if state is not None and state.position is not None:
+                out[tp] = state.position
+        return out
+
+    def wake_waiters(self) -> None:
+        """Wake getmany/getone so they notice a stop or a fatal group error."""
+        self._data_ready.set()
+
     def resume(self, tp: TopicPartition) -> None:
         self._states[tp].paused = False
         self._wake()
@@ -239,6 +262,11 @@ class Fetcher:
                 raise error
 
     async def _reset_positions(self, states: list[PartitionState]) -> None:
+        if self.committed_lookup is not None:
+            states = await self._positions_from_committed(states)
+            if not states:
+                self._wake()
+                return
         policy = self._config.auto_offset_reset
         if policy == "none":
             for s in states:
@@ -268,6 +296,29 @@ class Fetcher:
             if result is not None and s.epoch == epochs[s.tp] and s.position is None:
                 s.seek(result.offset)
         self._wake()
+
+    async def _positions_from_committed(self, states: list[PartitionState]) -> list[PartitionState]:
+        """Seek partitions to their committed offsets; return those still without a position."""
+        assert self.committed_lookup is not None
+        epochs = {s.tp: s.epoch for s in states}
+        try:
+            committed = await self.committed_lookup(list(epochs))
+        except KafkaError as exc:
+            for s in states:
+                if s.epoch == epochs[s.tp] and s.position is None:
+                    s.error = exc
+            self._data_ready.set()
+            return []
+        remaining = []
+        for s in states:
+            if s.epoch != epochs[s.tp] or s.position is not None:
+                continue  # seeked meanwhile
+            offset = committed.get(s.tp)
+            if offset is None:
+                remaining.append(s)
+            else:
+                s.seek(offset)
+        return remaining
 
     # -- handing records to the application ------------------------------
 
@@ -574,7 +625,9 @@ class Fetcher:
         return False
 
 
-def _deserialized(records: list[Record], key_des: Deserializer | None, value_des: Deserializer | None) -> list[Record]:
+def _deserialized(
+    records: list[Record], key_des: Deserializer | None, value_des: Deserializer | None
+) -> list[Record]:
     """Copies of ``records`` (immutable NamedTuples) with deserialized keys and/or values."""
     if key_des is None:
         assert value_des is not None
