@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from kafkakit.errors import (
     BrokerResponseError,
+    CommitFailedError,
     KafkaConfigError,
     KafkaConnectionError,
     KafkaError,
-    CommitFailedError,
     KafkaTimeoutError,
     NotYetSupportedError,
 )
