@@ -14,6 +14,12 @@ Two pieces, both owned by :class:`~kafkakit.broker.state.BrokerState`:
   restarted broker still recognises a retried batch, and partitions that only
   see non-idempotent traffic never pay for it.
 
+The same state tracks transactions per partition (Kafka's ongoing-transaction
+map and ``.txnindex``): the first offset of each producer's open transaction,
+which gives the last stable offset, and the aborted transactions (producer id,
+first offset, marker offset) that read_committed fetches report.  Both are
+rebuilt by the same scan, reading each control batch's COMMIT/ABORT type.
+
 Validation follows Apache Kafka's ``ProducerAppendInfo`` (3.x/4.x):
 
 * a batch equal (epoch, first and last sequence) to one of the last five is a
@@ -31,13 +37,18 @@ from __future__ import annotations
 
 import logging
 import os
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from kafkakit.errors import CorruptRecordError
+from kafkakit.records import CONTROL_COMMIT, read_control_type
+
 if TYPE_CHECKING:
     from kafkakit.broker.log import AppendedBatch, BatchHeader, PartitionLog
+    from kafkakit.broker.log.segment import FileSlice
 
 log = logging.getLogger("kafkakit.broker")
 
@@ -197,11 +208,41 @@ def _in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
 
 
+class AbortedTxn(NamedTuple):
+    """An aborted transaction of one partition (Kafka's ``.txnindex`` entry, minus the LSO)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the offset of its ABORT marker
+
+
+def _is_commit(header: BatchHeader, data: FileSlice) -> bool:
+    """Whether a stored control batch is a COMMIT marker; an unreadable one counts as ABORT (hides data)."""
+    try:
+        return read_control_type(data.read_bytes(), 0, header) == CONTROL_COMMIT
+    except (CorruptRecordError, ValueError, IndexError) as exc:
+        log.warning(
+            "unreadable transaction marker at offset %d treated as ABORT: %s", header.base_offset, exc
+        )
+        return False
+
+
+def _last_offset(aborted: AbortedTxn) -> int:
+    return aborted.last_offset
+
+
 class PartitionProducerState:
-    """Producer id -> epoch and recent batches, for one partition."""
+    """Producer id -> epoch and recent batches, for one partition, plus its transactions.
+
+    Transactions: the first offset of each producer's open transaction (the
+    last stable offset is the smallest of them, or the high watermark) and the
+    aborted transactions in marker order, for read_committed fetches.
+    """
 
     def __init__(self) -> None:
         self._producers: dict[int, _ProducerEntry] = {}
+        self._ongoing: dict[int, int] = {}
+        self._aborted: list[AbortedTxn] = []
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -210,10 +251,58 @@ class PartitionProducerState:
     def load(cls, partition_log: PartitionLog) -> PartitionProducerState:
         """Rebuild from the batch headers stored in ``partition_log`` (no sequence checks)."""
         state = cls()
-        for header, _ in partition_log.iter_batches():
+        for header, data in partition_log.iter_batches():
             if header.producer_id >= 0:
                 state._apply_header(header)
+                if header.is_control:
+                    state.complete_transaction(
+                        header.producer_id, header.base_offset, _is_commit(header, data)
+                    )
+                elif header.is_transactional:
+                    state._ongoing.setdefault(header.producer_id, header.base_offset)
         return state
+
+    # -- transactions ------------------------------------------------------------
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The first offset of the oldest open transaction, or the high watermark when none is open."""
+        ongoing = self._ongoing
+        if not ongoing:
+            return high_watermark
+        return min(high_watermark, min(ongoing.values()))
+
+    def describe(self) -> list[tuple[int, int, int, int, int]]:
+        """(producer id, epoch, last sequence, last timestamp, open transaction's first offset or -1)."""
+        return [
+            (
+                producer_id,
+                entry.epoch,
+                entry.last_seq,
+                entry.batches[-1].timestamp if entry.batches else -1,
+                self._ongoing.get(producer_id, -1),
+            )
+            for producer_id, entry in self._producers.items()
+        ]
+
+    def has_open_transaction(self, producer_id: int) -> bool:
+        """Whether ``producer_id`` has transactional data here not yet closed by a marker."""
+        return producer_id in self._ongoing
+
+    def complete_transaction(self, producer_id: int, marker_offset: int, commit: bool) -> None:
+        """A COMMIT/ABORT marker at ``marker_offset`` closes the producer's open transaction."""
+        first = self._ongoing.pop(producer_id, None)
+        if first is not None and not commit:
+            self._aborted.append(AbortedTxn(producer_id, first, marker_offset))
+
+    def aborted_transactions(self, start: int, end: int, log_start: int = 0) -> list[tuple[int, int]]:
+        """(producer id, first offset) of aborted transactions overlapping ``[start, end)``."""
+        aborted = self._aborted
+        if aborted and aborted[0].last_offset < log_start:
+            # Retention removed their data: forget them.
+            self._aborted = aborted = [a for a in aborted if a.last_offset >= log_start]
+        # Markers are appended in offset order, so the entries ending before ``start`` form a prefix.
+        first = bisect_left(aborted, start, key=_last_offset)
+        return [(a.producer_id, a.first_offset) for a in aborted[first:] if a.first_offset < end]
 
     def check(self, headers: Sequence[BatchHeader]) -> BatchMetadata | None:
         """Validate the batches of one produced record set against this state, changing nothing.
@@ -250,6 +339,8 @@ class PartitionProducerState:
             if producer_id < 0:
                 continue
             entry = self._entry(producer_id, batch.producer_epoch)
+            if batch.is_transactional and not batch.is_control:
+                self._ongoing.setdefault(producer_id, batch.base_offset)
             if batch.is_control:
                 if batch.producer_epoch > entry.epoch:
                     entry.epoch = batch.producer_epoch

@@ -25,7 +25,13 @@ from typing import Any
 
 from kafkakit.broker.config import BrokerConfig
 from kafkakit.broker.coordinators.group_coordinator import GroupCoordinator, GroupSettings
+from kafkakit.broker.coordinators.group_records import partition_for_group
 from kafkakit.broker.coordinators.offsets_topic import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIGS, OffsetsTopic
+from kafkakit.broker.coordinators.transactions import (
+    TRANSACTION_TOPIC,
+    TRANSACTION_TOPIC_CONFIGS,
+    TransactionCoordinator,
+)
 from kafkakit.broker.log import LogConfig, LogError, LogManager, PartitionLog
 from kafkakit.broker.producer_state import ProducerIdAllocator, ProducerStateRegistry
 from kafkakit.errors import KafkaConfigError
@@ -37,6 +43,8 @@ META_FILE = "meta.properties"
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_NAME_LENGTH = 249
+# Seconds between scans for transactions past their timeout (Kafka: 10 s; cheap here).
+TRANSACTION_TIMEOUT_CHECK_INTERVAL = 1.0
 
 
 def topic_name_error(name: str | None) -> str | None:
@@ -160,6 +168,8 @@ class BrokerState:
             OffsetsTopic(self, config.offsets_topic_num_partitions), group_settings(config)
         )
         self.groups.load()
+        self.transactions = TransactionCoordinator(self, self.producer_ids, self.producer_states, self.groups)
+        self.transactions.load()
 
     # -- listener --------------------------------------------------------------
 
@@ -226,6 +236,31 @@ class BrokerState:
             raise LogError(f"{OFFSETS_TOPIC}-{partition} does not exist")
         return log
 
+    def offsets_partition_for(self, group_id: str) -> tuple[str, int]:
+        """The ``__consumer_offsets`` partition of a group (the topic is created if missing)."""
+        partition = self.groups_store_partition(group_id)
+        self.offsets_topic_log(partition)
+        return OFFSETS_TOPIC, partition
+
+    def groups_store_partition(self, group_id: str) -> int:
+        """Kafka's partition rule for groups over the current ``__consumer_offsets`` size."""
+        count = self.offsets_topic_partitions() or self.config.offsets_topic_num_partitions
+        return partition_for_group(group_id, count)
+
+    def transaction_topic_partitions(self) -> int | None:
+        """Partition count of ``__transaction_state``, None before the first transactional id."""
+        info = self.topics.get(TRANSACTION_TOPIC)
+        return None if info is None else info.num_partitions
+
+    def transaction_topic_log(self, partition: int) -> PartitionLog:
+        """A partition log of ``__transaction_state``, creating the internal topic (1 partition) on first use."""
+        if TRANSACTION_TOPIC not in self.topics:
+            self.create_topic(TRANSACTION_TOPIC, 1, TRANSACTION_TOPIC_CONFIGS)
+        found = self.partition_log(TRANSACTION_TOPIC, partition)
+        if found is None:
+            raise LogError(f"{TRANSACTION_TOPIC}-{partition} does not exist")
+        return found
+
     def _open_registered_partitions(self) -> None:
         for topic, partitions in self.logs.topics().items():
             if topic not in self.topics:
@@ -275,6 +310,9 @@ class BrokerState:
         """Start retention enforcement and the time-based flush policy."""
         self._background.append(asyncio.create_task(self._retention_loop(), name="kafkakit-retention"))
         self._background.append(asyncio.create_task(self._flush_loop(), name="kafkakit-flush"))
+        self._background.append(
+            asyncio.create_task(self._transaction_timeout_loop(), name="kafkakit-txn-timeouts")
+        )
 
     async def stop_background_tasks(self) -> None:
         """Cancel the maintenance tasks and wait for them."""
@@ -292,6 +330,14 @@ class BrokerState:
                 self.logs.enforce_retention(_now_ms())
             except Exception:
                 log.exception("retention check failed")
+
+    async def _transaction_timeout_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TRANSACTION_TIMEOUT_CHECK_INTERVAL)
+            try:
+                self.transactions.abort_timed_out()
+            except Exception:
+                log.exception("aborting timed-out transactions failed")
 
     async def _flush_loop(self) -> None:
         # Topic flush.ms overrides may be shorter than the broker default, so poll

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import logging
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -326,20 +325,6 @@ async def test_epoch_bump_with_current_id_and_epoch(client: RawClient) -> None:
     assert stale.producer_id not in (pid, -1) and stale.producer_epoch == 0
     foreign = await init_producer_id(client, 4, producer_id=10**12, epoch=7)
     assert foreign.producer_id < 10**12 and foreign.producer_epoch == 0
-
-
-async def test_transactional_init_is_refused_clearly(
-    client: RawClient, caplog: pytest.LogCaptureFixture
-) -> None:
-    with caplog.at_level(logging.WARNING, logger="kafkakit.broker"):
-        refused = await init_producer_id(client, transactional_id="tx-1", timeout_ms=60_000)
-    assert (refused.error_code, refused.producer_id) == (ErrorCode.unsupported_version, -1)
-    assert any("transactions are not yet supported by broker_min" in r.message for r in caplog.records)
-    empty = await init_producer_id(client, transactional_id="", timeout_ms=60_000)
-    assert empty.error_code == ErrorCode.invalid_request
-    for timeout_ms in (0, -1, 15 * 60_000 + 1):
-        bad = await init_producer_id(client, transactional_id="tx-1", timeout_ms=timeout_ms)
-        assert bad.error_code == ErrorCode.invalid_transaction_timeout, timeout_ms
 
 
 # -- FindCoordinator -------------------------------------------------------------------------

@@ -454,9 +454,6 @@ def produce_transactions(bootstrap: str, topic: str) -> None:
 async def test_transactions_read_committed_and_uncommitted(
     bootstrap: str, topic: str, broker: Any, request: pytest.FixtureRequest
 ) -> None:
-    if broker.kind == "broker_min":
-        # Strict: this starts failing (as XPASS) the day broker_min gains transactions.
-        request.applymarker(pytest.mark.xfail(reason="broker_min has no transactions yet", strict=True))
     await setup_topic(bootstrap, topic)
     await asyncio.to_thread(produce_transactions, bootstrap, topic)
     tp = TopicPartition(topic, 0)

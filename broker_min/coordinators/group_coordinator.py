@@ -170,6 +170,8 @@ class GroupCoordinator:
         self.groups: dict[str, ClassicGroup] = {}
         self.offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
         self._timers: dict[TimerKey, asyncio.TimerHandle] = {}
+        # Transactional offsets awaiting their transaction's end: producer id -> group -> offsets.
+        self._pending_txn: dict[int, dict[str, dict[tuple[str, int], OffsetValue]]] = {}
 
     # ==================================================================== load / stop
 
@@ -837,9 +839,15 @@ class GroupCoordinator:
         return errors
 
     def _validate_commit(
-        self, group: ClassicGroup, generation_id: int, member_id: str, group_instance_id: str | None
+        self,
+        group: ClassicGroup,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        *,
+        transactional: bool = False,
     ) -> None:
-        """Kafka's ``ClassicGroup.validateOffsetCommit`` (non-transactional)."""
+        """Kafka's ``ClassicGroup.validateOffsetCommit``."""
         if group.is_in(GroupState.DEAD):
             raise GroupError(ErrorCode.coordinator_not_available)
         if generation_id < 0 and group.is_in(GroupState.EMPTY):
@@ -848,9 +856,9 @@ class GroupCoordinator:
             group.validate_member(member_id, group_instance_id)
             if generation_id != group.generation_id:
                 raise GroupError(ErrorCode.illegal_generation)
-        elif not group.is_in(GroupState.EMPTY):
+        elif not transactional and not group.is_in(GroupState.EMPTY):
             raise GroupError(ErrorCode.unknown_member_id)
-        if group.is_in(GroupState.COMPLETING_REBALANCE):
+        if not transactional and group.is_in(GroupState.COMPLETING_REBALANCE):
             raise GroupError(ErrorCode.rebalance_in_progress)
 
     def fetch_offsets(
@@ -884,12 +892,59 @@ class GroupCoordinator:
         return FetchedOffset(partition, value.offset, value.leader_epoch, value.metadata)
 
     def has_pending_transactional_offsets(self, group_id: str, topic: str, partition: int) -> bool:
-        """Whether a TxnOffsetCommit for this partition awaits its transaction's end (KIP-447).
+        """Whether a TxnOffsetCommit for this partition awaits its transaction's end (KIP-447)."""
+        key = (topic, partition)
+        return any(key in groups.get(group_id, {}) for groups in self._pending_txn.values())
 
-        Transactional offset commits do not exist yet, so never; the transaction
-        coordinator will hook in here.
+    def txn_commit_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: Sequence[OffsetToCommit],
+    ) -> list[ErrorCode]:
+        """TxnOffsetCommit: validate (KIP-447) and hold ``offsets`` until the transaction ends.
+
+        They reach the group (and ``__consumer_offsets``) only on commit, see
+        :meth:`complete_transactional_offsets`.
         """
-        return False
+        group = self.groups.get(group_id)
+        try:
+            if group is None:
+                if generation_id >= 0:
+                    raise GroupError(ErrorCode.illegal_generation, f"group {group_id} does not exist")
+            else:
+                self._validate_commit(group, generation_id, member_id, group_instance_id, transactional=True)
+        except GroupError as exc:
+            return [exc.code] * len(offsets)
+        now = now_ms()
+        pending = self._pending_txn.setdefault(producer_id, {}).setdefault(group_id, {})
+        errors: list[ErrorCode] = []
+        for o in offsets:
+            metadata = o.metadata or ""
+            if len(metadata) > self.settings.offset_metadata_max_bytes:
+                errors.append(ErrorCode.offset_metadata_too_large)
+                continue
+            pending[(o.topic, o.partition)] = OffsetValue(o.offset, o.leader_epoch, metadata, now, -1)
+            errors.append(ErrorCode.none)
+        return errors
+
+    def complete_transactional_offsets(self, producer_id: int, commit: bool) -> None:
+        """The transaction of ``producer_id`` ended: store its offsets on commit, drop them on abort."""
+        groups = self._pending_txn.pop(producer_id, None)
+        if not groups or not commit:
+            return
+        for group_id, offsets in groups.items():
+            records = [
+                (encode_offset_key(OffsetKey(group_id, topic, partition)), encode_offset_value(value))
+                for (topic, partition), value in offsets.items()
+            ]
+            if self._persist(group_id, records, offsets=True) is not None:
+                continue  # _persist logged it
+            self.groups.setdefault(group_id, ClassicGroup(group_id))
+            self.offsets.setdefault(group_id, {}).update(offsets)
 
     # ==================================================================== admin
 

@@ -23,6 +23,7 @@ from kafkakit.broker.handlers import (
     produce,
     producer_id,
     topics,
+    txn,
 )
 from kafkakit.broker.handlers.base import ApiHandler
 from kafkakit.protocol import RequestHeaderInfo, response_class
@@ -40,6 +41,7 @@ _MODULES = (
     producer_id,
     groups,
     offsets,
+    txn,
 )
 
 HANDLERS: dict[int, ApiHandler] = {h.api_key: h for m in _MODULES for h in m.HANDLERS}

@@ -8,8 +8,9 @@ length is known up front, followed by the partition's (empty) tagged fields.
 
 Fetch sessions (v7+) are not kept: every request is answered as a full,
 sessionless fetch (session id 0), which clients accept and fall back to.
-read_committed is served like read_uncommitted until transactions exist: the
-last stable offset is the high watermark (see :func:`last_stable_offset`).
+read_committed returns data only below the last stable offset (see
+:func:`last_stable_offset`) plus the aborted transactions overlapping
+``[fetch offset, LSO)``, which clients use to drop aborted records.
 """
 
 from __future__ import annotations
@@ -65,10 +66,19 @@ class _Wanted:
     max_bytes: int
 
 
-def last_stable_offset(log: PartitionLog) -> int:
-    """The LSO; equal to the high watermark until transactions land in the log."""
-    lso = getattr(log, "last_stable_offset", None)
-    return int(lso) if lso is not None else log.high_watermark
+def last_stable_offset(state: BrokerState, log: PartitionLog, read_committed: bool = True) -> int:
+    """The LSO: the first offset of the oldest open transaction, else the high watermark.
+
+    read_committed builds the partition's producer state (one scan of its
+    batch headers, once); read_uncommitted reports the LSO only when that
+    state already exists, so plain consumers never pay for the scan.
+    """
+    producer_state = (
+        state.producer_states.for_log(log) if read_committed else state.producer_states.loaded(log)
+    )
+    if producer_state is None:
+        return log.high_watermark
+    return producer_state.last_stable_offset(log.high_watermark)
 
 
 async def handle_fetch(state: BrokerState, header: RequestHeaderInfo, request: Any) -> RawResponse:
@@ -132,7 +142,7 @@ def _read_partition(
     if log is None:
         return PartitionResult(w.partition, ErrorCode.unknown_topic_or_partition.value)
     high_watermark = log.high_watermark
-    lso = last_stable_offset(log)
+    lso = last_stable_offset(state, log, read_committed)
     result = PartitionResult(
         w.partition,
         0,
@@ -156,6 +166,9 @@ def _read_partition(
         return result
     if data.length:
         result.records = data
+        if read_committed:
+            producer_state = state.producer_states.for_log(log)
+            result.aborted = producer_state.aborted_transactions(w.offset, lso, log.log_start_offset)
     return result
 
 

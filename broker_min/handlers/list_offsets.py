@@ -59,14 +59,14 @@ def _lookup(
         # -4 (earliest local) and -5 (earliest tiered) come with v8+, which is not advertised.
         return ErrorCode.invalid_request, -1, -1
     try:
-        return (ErrorCode.none, *_resolve(log, timestamp, read_committed))
+        return (ErrorCode.none, *_resolve(state, log, timestamp, read_committed))
     except LogError as exc:
         return ErrorCode(exc.code), -1, -1
 
 
-def _resolve(log: PartitionLog, timestamp: int, read_committed: bool) -> tuple[int, int]:
+def _resolve(state: BrokerState, log: PartitionLog, timestamp: int, read_committed: bool) -> tuple[int, int]:
     if timestamp == LATEST:
-        return (last_stable_offset(log) if read_committed else log.high_watermark), -1
+        return (last_stable_offset(state, log) if read_committed else log.high_watermark), -1
     if timestamp == EARLIEST:
         return log.log_start_offset, -1
     found = log.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else log.offset_for_timestamp(timestamp)

@@ -9,7 +9,11 @@ Idempotence: a record set whose first batch carries a producer id is checked
 against the partition's producer state first (see
 :mod:`kafkakit.broker.producer_state`): a retried batch is acknowledged with its
 original offsets and not appended; a fenced epoch or a sequence gap is refused.
-Batches without a producer id cost one byte comparison.
+Batches without a producer id cost one byte comparison.  Transactional
+batches are accepted only for partitions the producer added to its ongoing
+transaction (INVALID_TXN_STATE otherwise, as Kafka's partition verification
+answers); control batches come only from the transaction coordinator
+(INVALID_RECORD from a client).
 
 Ordering: the handler appends every partition before its first ``await``
 (there is none), so requests pipelined on one connection, whose tasks start in
@@ -93,8 +97,12 @@ def _append(state: BrokerState, topic: str, partition: int, records: bytes | Non
 def _append_idempotent(state: BrokerState, log: PartitionLog, records: bytes) -> dict[str, Any]:
     """Append with producer epoch/sequence checks; a duplicate gets its original offsets."""
     producer_state = state.producer_states.for_log(log)
+    headers = _batch_headers(records)
+    refused = _transaction_problem(state, log, headers)
+    if refused is not None:
+        return refused
     try:
-        duplicate = producer_state.check(_batch_headers(records))
+        duplicate = producer_state.check(headers)
     except ProducerStateError as exc:
         return {"error_code": ErrorCode(exc.code), "error_message": str(exc)}
     if duplicate is not None:
@@ -111,6 +119,31 @@ def _append_idempotent(state: BrokerState, log: PartitionLog, records: bytes) ->
     producer_state.record(result.batches)
     state.notify_append(log.topic, log.partition)
     return _appended(result)
+
+
+def _transaction_problem(
+    state: BrokerState, log: PartitionLog, headers: list[BatchHeader]
+) -> dict[str, Any] | None:
+    """Refuse control batches from clients and transactional batches outside an ongoing transaction."""
+    for header in headers:
+        if header.is_control:
+            return {
+                "error_code": ErrorCode.invalid_record,
+                "error_message": "clients cannot produce control batches",
+            }
+        if header.is_transactional:
+            code = state.transactions.check_produce(
+                header.producer_id, header.producer_epoch, log.topic, log.partition
+            )
+            if code is not None:
+                return {
+                    "error_code": code,
+                    "error_message": f"producer {header.producer_id} has not added {log.topic}-{log.partition} "
+                    "to an ongoing transaction"
+                    if code == ErrorCode.invalid_txn_state
+                    else None,
+                }
+    return None
 
 
 def _batch_headers(records: bytes) -> list[BatchHeader]:

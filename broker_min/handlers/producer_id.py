@@ -7,21 +7,20 @@ epoch (KIP-360); when this broker handed out exactly that pair the epoch is
 bumped, otherwise it gets a fresh id, which is what Kafka always answers and
 is never wrong for a non-transactional producer.
 
-A request with a transactional id is validated the way Kafka does (empty id ->
-INVALID_REQUEST, timeout outside (0, transaction.max.timeout.ms] ->
-INVALID_TRANSACTION_TIMEOUT) and then refused with UNSUPPORTED_VERSION: the
-Java client and kafka-python fail ``init_transactions`` with it as a fatal
-"unexpected error" naming the unsupported version, and librdkafka retries and
-reports it from ``init_transactions``; the authorization errors, the only other
-codes these clients treat as fatal, would send users hunting for ACLs.
+A request with a transactional id goes to the transaction coordinator
+(:mod:`kafkakit.broker.coordinators.transactions`): empty id ->
+INVALID_REQUEST, timeout outside (0, 15 min] -> INVALID_TRANSACTION_TIMEOUT,
+otherwise the id's producer id with a bumped epoch (an open transaction of the
+previous instance is aborted first, fencing it).  PRODUCER_FENCED becomes
+INVALID_PRODUCER_EPOCH before v4, as Kafka answers.
 """
 
 from __future__ import annotations
 
-import datetime
 import logging
 from typing import TYPE_CHECKING, Any
 
+from kafkakit.broker.coordinators.transactions import TxnError
 from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, make
 from kafkakit.protocol import RequestHeaderInfo, response_class
 from kio.schema.errors import ErrorCode
@@ -32,17 +31,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("kafkakit.broker")
 
 API_KEY = 22
-# Kafka's transaction.max.timeout.ms default.
-TRANSACTION_MAX_TIMEOUT = datetime.timedelta(minutes=15)
+FIRST_FENCED_VERSION = 4
 _NO_PRODUCER_ID = -1
 _NO_EPOCH = -1
 
 
 async def handle_init_producer_id(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
-    """A producer id and epoch for an idempotent producer; transactions are refused for now."""
+    """A producer id and epoch for an idempotent or transactional producer."""
     cls = response_class(API_KEY, header.api_version)
     if request.transactional_id is not None:
-        return _refuse(cls, _transactional_error(request.transactional_id, request.transaction_timeout))
+        return _init_transactional(state, cls, header.api_version, request)
     current_id = getattr(request, "producer_id", _NO_PRODUCER_ID)
     current_epoch = getattr(request, "producer_epoch", _NO_EPOCH)
     if current_id >= 0 and current_epoch >= 0:
@@ -58,16 +56,28 @@ async def handle_init_producer_id(state: BrokerState, header: RequestHeaderInfo,
     )
 
 
-def _transactional_error(transactional_id: str, timeout: datetime.timedelta) -> ErrorCode:
-    if not transactional_id:
-        return ErrorCode.invalid_request
-    if not datetime.timedelta(0) < timeout <= TRANSACTION_MAX_TIMEOUT:
-        return ErrorCode.invalid_transaction_timeout
-    log.warning(
-        "transactions are not yet supported by broker_min (InitProducerId for transactional id %r)",
-        transactional_id,
+def _init_transactional(state: BrokerState, cls: type, version: int, request: Any) -> Any:
+    timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
+    try:
+        producer_id, epoch = state.transactions.init_producer_id(
+            request.transactional_id,
+            timeout_ms,
+            getattr(request, "producer_id", _NO_PRODUCER_ID),
+            getattr(request, "producer_epoch", _NO_EPOCH),
+        )
+    except TxnError as exc:
+        code = exc.code
+        if code == ErrorCode.producer_fenced and version < FIRST_FENCED_VERSION:
+            code = ErrorCode.invalid_producer_epoch
+        log.info("InitProducerId for transactional id %r refused: %s", request.transactional_id, exc)
+        return _refuse(cls, code)
+    return make(
+        cls,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        producer_id=producer_id,
+        producer_epoch=epoch,
     )
-    return ErrorCode.unsupported_version
 
 
 def _refuse(cls: type, code: ErrorCode) -> Any:

@@ -1,0 +1,294 @@
+"""Transaction APIs (transaction version 1): AddPartitionsToTxn (24) v0-3, AddOffsetsToTxn (25) v0-3,
+EndTxn (26) v0-4 and TxnOffsetCommit (28) v0-3.
+
+The work is the transaction coordinator's
+(:mod:`kafkakit.broker.coordinators.transactions`); these handlers map
+requests onto it and errors back.  PRODUCER_FENCED exists from AddPartitions/
+AddOffsets/EndTxn v2 (Kafka 2.7); older versions get INVALID_PRODUCER_EPOCH, as
+Kafka's KafkaApis maps it.  TV2 (AddPartitionsToTxn v4+, EndTxn v5+) is not
+advertised.  DescribeProducers (61) v0, DescribeTransactions (65) v0 and
+ListTransactions (66) v0-1 serve the admin tools.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import TYPE_CHECKING, Any
+
+from kafkakit.broker.coordinators.group_coordinator import OffsetToCommit
+from kafkakit.broker.coordinators.transactions import KNOWN_STATE_NAMES, TxnError, state_name
+from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, make, nested
+from kafkakit.protocol import RequestHeaderInfo, response_class
+from kio.schema.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kafkakit.broker.state import BrokerState
+
+log = logging.getLogger("kafkakit.broker")
+
+ADD_PARTITIONS_TO_TXN = 24
+ADD_OFFSETS_TO_TXN = 25
+END_TXN = 26
+TXN_OFFSET_COMMIT = 28
+DESCRIBE_PRODUCERS = 61
+DESCRIBE_TRANSACTIONS = 65
+LIST_TRANSACTIONS = 66
+FIRST_FENCED_VERSION = 2
+NO_LEADER_EPOCH = -1
+
+
+def fenced_for_version(
+    code: ErrorCode, version: int, first_fenced_version: int = FIRST_FENCED_VERSION
+) -> ErrorCode:
+    """PRODUCER_FENCED for clients that know it, INVALID_PRODUCER_EPOCH for older ones."""
+    if code == ErrorCode.producer_fenced and version < first_fenced_version:
+        return ErrorCode.invalid_producer_epoch
+    return code
+
+
+async def handle_add_partitions(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
+    """Add partitions to the transaction; unknown partitions fail the request (others OPERATION_NOT_ATTEMPTED)."""
+    cls = response_class(ADD_PARTITIONS_TO_TXN, header.api_version)
+    topic_cls = nested(cls, "AddPartitionsToTxnTopicResult")
+    partition_cls = nested(cls, "AddPartitionsToTxnPartitionResult")
+    wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
+    unknown = {tp for tp in wanted if state.partition_log(*tp) is None}
+    codes: dict[tuple[str, int], ErrorCode] = {}
+    if unknown:
+        for tp in wanted:
+            codes[tp] = (
+                ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
+            )
+    else:
+        try:
+            state.transactions.add_partitions(
+                request.v3_and_below_transactional_id,
+                request.v3_and_below_producer_id,
+                request.v3_and_below_producer_epoch,
+                wanted,
+            )
+            code = ErrorCode.none
+        except TxnError as exc:
+            code = fenced_for_version(exc.code, header.api_version)
+        codes = dict.fromkeys(wanted, code)
+    topics = tuple(
+        make(
+            topic_cls,
+            name=t.name,
+            results_by_partition=tuple(
+                make(partition_cls, partition_index=p, partition_error_code=codes[(t.name, p)])
+                for p in t.partitions
+            ),
+        )
+        for t in request.v3_and_below_topics
+    )
+    return make(cls, throttle_time=NO_THROTTLE, results_by_topic_v3_and_below=topics)
+
+
+async def handle_add_offsets(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
+    """The group's offsets partition joins the transaction."""
+    cls = response_class(ADD_OFFSETS_TO_TXN, header.api_version)
+    try:
+        state.transactions.add_offsets(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
+        )
+        code = ErrorCode.none
+    except TxnError as exc:
+        code = fenced_for_version(exc.code, header.api_version)
+    return make(cls, throttle_time=NO_THROTTLE, error_code=code)
+
+
+async def handle_end_txn(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
+    """Commit or abort; answers after every marker is written."""
+    cls = response_class(END_TXN, header.api_version)
+    try:
+        state.transactions.end_transaction(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.committed
+        )
+        code = ErrorCode.none
+    except TxnError as exc:
+        code = fenced_for_version(exc.code, header.api_version)
+    return make(cls, throttle_time=NO_THROTTLE, error_code=code)
+
+
+async def handle_txn_offset_commit(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
+    """Offsets held for the transaction (KIP-447 member checks from v3); one code per partition."""
+    cls = response_class(TXN_OFFSET_COMMIT, header.api_version)
+    topic_cls = nested(cls, "TxnOffsetCommitResponseTopic")
+    partition_cls = nested(cls, "TxnOffsetCommitResponsePartition")
+    known = [t for t in request.topics if state.topics.get(t.name) is not None]
+    errors = iter(_txn_commit(state, request, known))
+    topics = []
+    for t in request.topics:
+        is_known = state.topics.get(t.name) is not None
+        partitions = tuple(
+            make(
+                partition_cls,
+                partition_index=p.partition_index,
+                error_code=next(errors) if is_known else ErrorCode.unknown_topic_or_partition,
+            )
+            for p in t.partitions
+        )
+        topics.append(make(topic_cls, name=t.name, partitions=partitions))
+    return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+def _txn_commit(state: BrokerState, request: Any, topics: list[Any]) -> list[ErrorCode]:
+    offsets = [
+        OffsetToCommit(
+            t.name,
+            p.partition_index,
+            p.committed_offset,
+            getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH),
+            p.committed_metadata,
+        )
+        for t in topics
+        for p in t.partitions
+    ]
+    if not offsets:
+        return []
+    try:
+        state.transactions.check_offset_commit(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
+        )
+    except TxnError as exc:
+        return [exc.code] * len(offsets)
+    return state.groups.txn_commit_offsets(
+        request.group_id,
+        request.producer_id,
+        getattr(request, "generation_id", -1),
+        getattr(request, "member_id", ""),
+        getattr(request, "group_instance_id", None),
+        offsets,
+    )
+
+
+async def handle_describe_producers(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
+    """Active producers per partition (for kafka-transactions.sh / Admin.describeProducers)."""
+    cls = response_class(DESCRIBE_PRODUCERS, header.api_version)
+    topic_cls = nested(cls, "TopicResponse")
+    partition_cls = nested(cls, "PartitionResponse")
+    producer_cls = nested(cls, "ProducerState")
+    topics = []
+    for t in request.topics:
+        partitions = []
+        for index in t.partition_indexes:
+            partition_log = state.partition_log(t.name, index)
+            if partition_log is None:
+                partitions.append(
+                    make(
+                        partition_cls,
+                        partition_index=index,
+                        error_code=ErrorCode.unknown_topic_or_partition,
+                        error_message=None,
+                        active_producers=(),
+                    )  # fmt: skip
+                )
+                continue
+            producers = tuple(
+                make(
+                    producer_cls,
+                    producer_id=pid,
+                    producer_epoch=epoch,
+                    last_sequence=seq,
+                    last_timestamp=ts,
+                    coordinator_epoch=0 if start >= 0 else -1,
+                    current_txn_start_offset=start,
+                )  # fmt: skip
+                for pid, epoch, seq, ts, start in state.producer_states.for_log(partition_log).describe()
+            )
+            partitions.append(
+                make(
+                    partition_cls,
+                    partition_index=index,
+                    error_code=ErrorCode.none,
+                    error_message=None,
+                    active_producers=producers,
+                )  # fmt: skip
+            )
+        topics.append(make(topic_cls, name=t.name, partitions=tuple(partitions)))
+    return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+async def handle_list_transactions(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
+    """Transactional ids filtered by state, producer id and (v1) minimum running time."""
+    cls = response_class(LIST_TRANSACTIONS, header.api_version)
+    entry_cls = nested(cls, "TransactionState")
+    unknown = tuple(s for s in request.state_filters if s not in KNOWN_STATE_NAMES)
+    found = state.transactions.list_transactions(
+        request.state_filters, request.producer_id_filters, getattr(request, "duration_filter", -1)
+    )
+    entries = tuple(
+        make(
+            entry_cls,
+            transactional_id=m.transactional_id,
+            producer_id=m.producer_id,
+            transaction_state=state_name(m.state),
+        )  # fmt: skip
+        for m in found
+    )
+    return make(
+        cls,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        unknown_state_filters=unknown,
+        transaction_states=entries,
+    )
+
+
+async def handle_describe_transactions(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
+    """State, producer, timeout, start time and partitions of each transactional id."""
+    cls = response_class(DESCRIBE_TRANSACTIONS, header.api_version)
+    entry_cls = nested(cls, "TransactionState")
+    topic_cls = nested(cls, "TopicData")
+    entries = []
+    for tid in request.transactional_ids:
+        meta = state.transactions.transactions.get(tid)
+        if meta is None:
+            entries.append(
+                make(
+                    entry_cls,
+                    error_code=ErrorCode.transactional_id_not_found,
+                    transactional_id=tid,
+                    transaction_state="",
+                    transaction_timeout=datetime.timedelta(0),
+                    transaction_start_time=_ms_time(-1),
+                    producer_id=-1,
+                    producer_epoch=-1,
+                    topics=(),
+                )  # fmt: skip
+            )
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(meta.partitions):
+            by_topic.setdefault(topic, []).append(partition)
+        entries.append(
+            make(
+                entry_cls,
+                error_code=ErrorCode.none,
+                transactional_id=tid,
+                transaction_state=state_name(meta.state),
+                transaction_timeout=datetime.timedelta(milliseconds=meta.timeout_ms),
+                transaction_start_time=_ms_time(meta.start_ms if meta.partitions else -1),
+                producer_id=meta.producer_id,
+                producer_epoch=meta.producer_epoch,
+                topics=tuple(make(topic_cls, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+            )  # fmt: skip
+        )
+    return make(cls, throttle_time=NO_THROTTLE, transaction_states=tuple(entries))
+
+
+def _ms_time(ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+
+
+HANDLERS = (
+    ApiHandler(ADD_PARTITIONS_TO_TXN, 0, 3, handle_add_partitions),
+    ApiHandler(ADD_OFFSETS_TO_TXN, 0, 3, handle_add_offsets),
+    ApiHandler(END_TXN, 0, 4, handle_end_txn),
+    ApiHandler(TXN_OFFSET_COMMIT, 0, 3, handle_txn_offset_commit),
+    ApiHandler(DESCRIBE_PRODUCERS, 0, 0, handle_describe_producers),
+    ApiHandler(DESCRIBE_TRANSACTIONS, 0, 0, handle_describe_transactions),
+    ApiHandler(LIST_TRANSACTIONS, 0, 1, handle_list_transactions),
+)
