@@ -33,7 +33,7 @@ from kafkakit.structs import (
 if TYPE_CHECKING:
     from kafkakit.admin import Admin
     from kafkakit.consumer import Consumer, ConsumerRebalanceListener
-    from kafkakit.producer import Producer
+    from kafkakit.producer import Producer, TransactionHandle, complete_transaction
 
 __version__ = "0.1.0"
 
@@ -55,11 +55,15 @@ __all__ = [
     "Producer",
     "RecordMetadata",
     "TopicPartition",
+    "TransactionHandle",
+    "complete_transaction",
     "__version__",
 ]
 
 _LAZY = {
     "Producer": "kafkakit.producer",
+    "TransactionHandle": "kafkakit.producer",
+    "complete_transaction": "kafkakit.producer",
     "Consumer": "kafkakit.consumer",
     "ConsumerRebalanceListener": "kafkakit.consumer",
     "Admin": "kafkakit.admin",

@@ -74,6 +74,15 @@ class CommitFailedError(KafkaError):
     """
 
 
+class TransactionAbortedError(KafkaError):
+    """A record was not delivered because its transaction was aborted before it was sent."""
+
+
+class TransactionStateError(IllegalStateError):
+    """A transactional call does not fit the transaction's state (e.g. ``send`` outside a
+    transaction, ``commit_transaction`` after a failed send: abort instead)."""
+
+
 class BrokerResponseError(KafkaError):
     """An error code returned by a broker."""
 

@@ -10,7 +10,6 @@ from kafkakit.errors import (
     IllegalStateError,
     KafkaConfigError,
     KafkaTimeoutError,
-    NotYetSupportedError,
     ProducerClosed,
 )
 from kafkakit.producer import Producer, RecordFuture
@@ -63,13 +62,6 @@ def test_every_codec_name_is_accepted(codec: str | None) -> None:
 @pytest.mark.parametrize("acks", [0, 1, -1, "all"])
 def test_acks_values(acks: int | str) -> None:
     Producer(bootstrap_servers=BOOTSTRAP, acks=acks)
-
-
-def test_idempotence_and_transactions_are_refused_clearly() -> None:
-    with pytest.raises(NotYetSupportedError, match="enable_idempotence"):
-        Producer(bootstrap_servers=BOOTSTRAP, enable_idempotence=True)
-    with pytest.raises(NotYetSupportedError, match="transactional_id"):
-        Producer(bootstrap_servers=BOOTSTRAP, transactional_id="tx-1")
 
 
 async def test_send_before_start_and_after_stop() -> None:

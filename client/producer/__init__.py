@@ -3,5 +3,16 @@
 from kafkakit.producer.accumulator import RecordFuture
 from kafkakit.producer.partitioner import murmur2, partition_for_key
 from kafkakit.producer.producer import Producer, SendBatchFuture, SendBatchResult
+from kafkakit.producer.transactions import TransactionHandle, TransactionState, complete_transaction
 
-__all__ = ["Producer", "RecordFuture", "SendBatchFuture", "SendBatchResult", "murmur2", "partition_for_key"]
+__all__ = [
+    "Producer",
+    "RecordFuture",
+    "SendBatchFuture",
+    "SendBatchResult",
+    "TransactionHandle",
+    "TransactionState",
+    "complete_transaction",
+    "murmur2",
+    "partition_for_key",
+]

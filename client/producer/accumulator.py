@@ -54,6 +54,8 @@ class ProducerBatch:
         "timestamp",
         "solo",
         "reserved",
+        "base_sequence",
+        "followers",
     )
 
     def __init__(
@@ -73,6 +75,10 @@ class ProducerBatch:
         self.timestamp = -1  # the one timestamp of a pre-encoded bulk batch
         self.reserved = -1  # buffer memory held; -1: size minus the header (record batches)
         self.solo = False  # never coalesce with neighbours (the broker found a coalesced batch too large)
+        self.base_sequence = -1  # idempotence: assigned when first drained, kept across retries
+        # Idempotence: batches sent inside this one's record batch (merged at first drain and
+        # kept together across retries, so a resend is byte-identical); resolved with it.
+        self.followers: list[ProducerBatch] | None = None
 
     def __repr__(self) -> str:
         return f"<ProducerBatch {self.tp.topic}-{self.tp.partition} #{self.seq} records={self.record_count} size={self.size}>"
@@ -136,14 +142,18 @@ class RecordFuture:
 class PartitionQueue:
     """The batches of one partition waiting to be sent, oldest first."""
 
-    __slots__ = ("tp", "batches", "open", "next_seq", "in_flight")
+    __slots__ = ("tp", "batches", "open", "next_seq", "in_flight", "next_sequence", "acked_sequence")
 
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
         self.batches: deque[ProducerBatch] = deque()
         self.open: ProducerBatch | None = None  # the last batch while it still takes records
-        self.next_seq = 0
+        self.next_seq = 0  # creation order of batches (not the wire sequence)
         self.in_flight = 0
+        # Idempotence: the wire sequence of the next new batch, and the one the broker
+        # expects next (the first sequence not yet acknowledged).
+        self.next_sequence = 0
+        self.acked_sequence = 0
 
 
 class Accumulator:
@@ -321,6 +331,14 @@ class Accumulator:
         pq.in_flight += 1
         return batch
 
+    def take_follower(self, pq: PartitionQueue) -> ProducerBatch:
+        """Remove ``pq``'s head batch to ride inside the batch just taken (not counted in flight)."""
+        batch = pq.batches.popleft()
+        if batch is pq.open:
+            pq.open = None
+        batch.record_count = len(batch.records)
+        return batch
+
     def requeue(self, pq: PartitionQueue, batch: ProducerBatch) -> None:
         """Put a batch back for a retry, ahead of every younger batch of its partition."""
         pq.in_flight -= 1
@@ -342,6 +360,14 @@ class Accumulator:
         self._finish(batch)
         if not batch.future.done():
             batch.future.set_result(result)
+        followers = batch.followers
+        if followers:
+            base_offset, log_append_time, log_start_offset = result
+            offset = base_offset + batch.record_count if base_offset >= 0 else -1
+            for follower in followers:
+                self.complete(None, follower, (offset, log_append_time, log_start_offset))
+                if offset >= 0:
+                    offset += follower.record_count
 
     def fail(self, pq: PartitionQueue | None, batch: ProducerBatch, error: BaseException) -> None:
         """Fail every record of ``batch`` with ``error`` and free its memory."""
@@ -352,6 +378,8 @@ class Accumulator:
         if not future.done():
             future.set_exception(error)
             future.exception()  # the application may not await every record; we log instead
+        for follower in batch.followers or ():
+            self.fail(None, follower, error)
 
     def _finish(self, batch: ProducerBatch) -> None:
         if batch in self._incomplete:
@@ -360,11 +388,17 @@ class Accumulator:
             batch.encoded = None
             self.release(batch.size - BATCH_HEADER_SIZE if batch.reserved < 0 else batch.reserved)
 
-    def expire(self, pq: PartitionQueue, now: float, delivery_timeout: float) -> None:
-        """Fail queued batches of ``pq`` older than the delivery timeout."""
+    def expire(self, pq: PartitionQueue, now: float, delivery_timeout: float) -> bool:
+        """Fail queued batches of ``pq`` older than the delivery timeout.
+
+        Returns whether one of them already had a sequence number (an idempotent
+        producer then has a gap to repair).
+        """
         batches = pq.batches
+        sequenced = False
         while batches and now - batches[0].created >= delivery_timeout:
             batch = batches.popleft()
+            sequenced = sequenced or batch.base_sequence >= 0
             if batch is pq.open:
                 pq.open = None
             if batch.encoded is None:
@@ -378,6 +412,32 @@ class Accumulator:
                     f"{(now - batch.created) * 1000:.0f} ms passed since the batch was created{reason}"
                 ),
             )
+        return sequenced
+
+    def fail_queued(self, error: KafkaError) -> bool:
+        """Fail every batch waiting in a queue (not those in flight): an aborted transaction.
+
+        Returns whether one of them had a sequence number (a retry), i.e. left a gap.
+        """
+        sequenced = False
+        for by_partition in self.queues.values():
+            for pq in by_partition.values():
+                while pq.batches:
+                    batch = pq.batches.popleft()
+                    sequenced = sequenced or batch.base_sequence >= 0
+                    if batch.encoded is None:
+                        batch.record_count = len(batch.records)
+                    self.fail(None, batch, error)
+                pq.open = None
+        return sequenced
+
+    def reset_sequences(self) -> None:
+        """Forget every sequence number (after a new producer id or epoch): numbering restarts at 0."""
+        for by_partition in self.queues.values():
+            for pq in by_partition.values():
+                pq.next_sequence = pq.acked_sequence = 0
+                for batch in pq.batches:
+                    batch.base_sequence = -1
 
     def pending_futures(self) -> list[asyncio.Future[BatchResult]]:
         """Futures of every batch not yet completed (queued or in flight)."""

@@ -20,20 +20,21 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import time
-from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping, Sequence
 from itertools import accumulate, repeat
 from operator import add
 from types import TracebackType
-from typing import Any, Self, overload
+from typing import TYPE_CHECKING, Any, Self, overload
 
 from kafkakit.cluster import Cluster, parse_bootstrap
 from kafkakit.errors import (
     IllegalStateError,
     KafkaConfigError,
-    NotYetSupportedError,
     ProducerClosed,
     RecordTooLargeError,
+    TransactionAbortedError,
     UnknownTopicOrPartitionError,
 )
 from kafkakit.producer.accumulator import (
@@ -45,12 +46,20 @@ from kafkakit.producer.accumulator import (
     ProducerBatch,
     RecordFuture,
 )
+from kafkakit.producer.idempotence import ProducerIdentity
 from kafkakit.producer.partitioner import Partitioner, StickyPartitions, murmur2
 from kafkakit.producer.sender import Sender
+from kafkakit.producer.transactions import TransactionHandle, TransactionManager, TransactionState
 from kafkakit.records import Compression, encode_batch, encode_values
-from kafkakit.structs import Header, RecordMetadata, TopicPartition
+from kafkakit.structs import Header, OffsetAndMetadata, RecordMetadata, TopicPartition
 
-__all__ = ["Producer", "RecordFuture", "SendBatchFuture", "SendBatchResult"]
+if TYPE_CHECKING:
+    from kafkakit.consumer.group import GroupMetadata
+
+__all__ = ["Producer", "RecordFuture", "SendBatchFuture", "SendBatchResult", "TransactionHandle"]
+
+#: The broker keeps the last five batches per producer and partition for deduplication.
+_MAX_IDEMPOTENT_IN_FLIGHT = 5
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 _BYTES_OR_NONE = {bytes, type(None)}
@@ -101,6 +110,14 @@ class Producer:
     (non-retriable broker errors such as MESSAGE_TOO_LARGE, or
     :class:`KafkaTimeoutError` once ``delivery_timeout_ms`` passes while retrying)
     arrive on the awaitable ``send()`` returned.
+
+    ``enable_idempotence=True`` (requires ``acks="all"``, the default then, and
+    ``max_in_flight_requests_per_connection <= 5``) makes retries safe: the
+    broker drops duplicates and rejects gaps, so every record lands exactly once
+    and in order per partition.  ``transactional_id`` enables transactions
+    (and idempotence); see :meth:`init_transactions` and docs/transactions.md.
+    Modern Kafka clients enable idempotence by default; kafkakit keeps it off
+    by default for now.
     """
 
     def __init__(
@@ -108,7 +125,7 @@ class Producer:
         *,
         bootstrap_servers: str | Sequence[str] = "localhost:9092",
         client_id: str = "kafkakit",
-        acks: int | str = 1,
+        acks: int | str | None = None,
         linger_ms: int = 0,
         max_batch_size: int = 16384,
         max_request_size: int = 1048576,
@@ -124,11 +141,27 @@ class Producer:
         enable_idempotence: bool = False,
         transactional_id: str | None = None,
         max_in_flight_requests_per_connection: int = 5,
+        transaction_timeout_ms: int = 60000,
     ) -> None:
         parse_bootstrap(bootstrap_servers)  # raises KafkaConfigError("bootstrap_servers", ...)
         if not isinstance(client_id, str) or not client_id:
             raise KafkaConfigError("client_id", f"must be a non-empty string, not {client_id!r}")
+        if not isinstance(enable_idempotence, bool):
+            raise KafkaConfigError("enable_idempotence", f"must be a bool, not {enable_idempotence!r}")
+        if transactional_id is not None:
+            if not isinstance(transactional_id, str) or not transactional_id:
+                raise KafkaConfigError(
+                    "transactional_id", f"must be a non-empty string or None, not {transactional_id!r}"
+                )
+            enable_idempotence = True  # transactions are built on idempotence
+        _check_int("transaction_timeout_ms", transaction_timeout_ms, 1)
+        if acks is None:
+            acks = "all" if enable_idempotence else 1
         self._acks = _check_acks(acks)
+        if enable_idempotence and self._acks != -1:
+            raise KafkaConfigError(
+                "acks", f"must be 'all' (-1) with enable_idempotence or transactional_id, got {acks!r}"
+            )
         _check_int("linger_ms", linger_ms, 0)
         _check_int("max_batch_size", max_batch_size, 1)
         _check_int("max_request_size", max_request_size, 1)
@@ -138,6 +171,11 @@ class Producer:
         _check_int("retry_backoff_ms", retry_backoff_ms, 0)
         _check_int("metadata_max_age_ms", metadata_max_age_ms, 0)
         _check_int("max_in_flight_requests_per_connection", max_in_flight_requests_per_connection, 1)
+        if enable_idempotence and max_in_flight_requests_per_connection > _MAX_IDEMPOTENT_IN_FLIGHT:
+            raise KafkaConfigError(
+                "max_in_flight_requests_per_connection",
+                f"must be at most {_MAX_IDEMPOTENT_IN_FLIGHT} with idempotence, got {max_in_flight_requests_per_connection}",
+            )
         if delivery_timeout_ms < linger_ms + request_timeout_ms:
             raise KafkaConfigError(
                 "delivery_timeout_ms",
@@ -153,20 +191,6 @@ class Producer:
         ):
             if fn is not None and not callable(fn):
                 raise KafkaConfigError(name, f"must be callable, not {type(fn).__name__}")
-        if not isinstance(enable_idempotence, bool):
-            raise KafkaConfigError("enable_idempotence", f"must be a bool, not {enable_idempotence!r}")
-        if enable_idempotence:
-            raise NotYetSupportedError(
-                "enable_idempotence=True is not supported yet (planned with transactions)"
-            )
-        if transactional_id is not None:
-            if not isinstance(transactional_id, str) or not transactional_id:
-                raise KafkaConfigError(
-                    "transactional_id", f"must be a non-empty string or None, not {transactional_id!r}"
-                )
-            raise NotYetSupportedError(
-                "transactional_id is not supported yet: transactions are planned for a later release"
-            )
 
         self.client_id = client_id
         self._max_batch_size = max_batch_size
@@ -190,6 +214,22 @@ class Producer:
             compression=self._compression,
             wake_sender=self._wake_sender,
         )
+        self._identity: ProducerIdentity | None = None
+        self._txn: TransactionManager | None = None
+        if enable_idempotence:
+            self._identity = ProducerIdentity(
+                transactional_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms
+            )
+        if transactional_id is not None:
+            assert self._identity is not None
+            self._txn = TransactionManager(
+                self._cluster,
+                self._identity,
+                request_timeout_ms=request_timeout_ms,
+                retry_backoff_ms=retry_backoff_ms,
+                wake_sender=self._wake_sender,
+            )
+        self._retry_backoff = retry_backoff_ms / 1000
         self._sender = Sender(
             self._cluster,
             self._acc,
@@ -200,6 +240,8 @@ class Producer:
             max_in_flight=max_in_flight_requests_per_connection,
             max_request_size=max_request_size,
             on_metadata_update=self._forget_topics,
+            identity=self._identity,
+            transactions=self._txn,
         )
         self._topics: dict[str, _TopicState] = {}
         self._sticky = StickyPartitions()
@@ -218,6 +260,16 @@ class Producer:
         if self._started:
             return
         await self._cluster.start()
+        identity = self._identity
+        if identity is not None and self._txn is None:
+            try:
+                conn = await self._cluster.any_connection()
+                await identity.init_producer_id(
+                    conn, bump=False, timeout=self._request_timeout_ms / 1000, backoff=self._retry_backoff
+                )
+            except BaseException:
+                await self._cluster.close()
+                raise
         self._sender.start()
         self._started = True
         self._accepting = True
@@ -237,6 +289,8 @@ class Producer:
                 self._acc.abort_all(
                     ProducerClosed("the producer was stopped before these records were delivered")
                 )
+                if self._txn is not None:
+                    await self._txn.close()
                 await self._cluster.close()
 
     async def __aenter__(self) -> Self:
@@ -275,6 +329,8 @@ class Producer:
         """
         if not self._accepting:
             raise self._not_accepting()
+        if self._identity is not None:
+            self._check_can_send()
         if self._key_serializer is not None:
             key = self._key_serializer(key)
         if self._value_serializer is not None:
@@ -409,6 +465,103 @@ class Producer:
             f"the record is {size} bytes when serialized, larger than {setting}={limit}"
         )
 
+    def _check_can_send(self) -> None:
+        assert self._identity is not None
+        self._identity.check_fatal()
+        if self._txn is not None:
+            self._txn.check_can_send()
+
+    # -- transactions -------------------------------------------------------------
+
+    def _transactions(self) -> TransactionManager:
+        if self._txn is None:
+            raise KafkaConfigError("transactional_id", "transactions need a transactional_id")
+        if not self._started or self._closed:
+            raise self._not_accepting()
+        return self._txn
+
+    @property
+    def transaction_state(self) -> TransactionState | None:
+        """The transaction state (None for a non-transactional producer)."""
+        return self._txn.state if self._txn is not None else None
+
+    async def init_transactions(self) -> None:
+        """Register the transactional id with its coordinator (call once, after ``start``).
+
+        Fences every older producer with the same ``transactional_id`` and aborts
+        (or completes) the transaction it left open.
+        """
+        await self._transactions().init_transactions()
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: records sent from now on commit or abort together."""
+        self._transactions().begin_transaction()
+
+    async def commit_transaction(self) -> None:
+        """Deliver every record of the transaction, then commit it (EndTxn).
+
+        Raises :class:`~kafkakit.errors.TransactionStateError` if a record of the
+        transaction failed (abort instead), :class:`ProducerFencedError` if a newer
+        producer took over the transactional id (fatal: stop this producer).
+        """
+        await self._transactions().commit(self.flush)
+
+    async def abort_transaction(self) -> None:
+        """Abort the transaction: unsent records fail with TransactionAbortedError, sent ones are discarded."""
+        txn = self._transactions()
+        acc = self._acc
+
+        async def wait_in_flight() -> None:
+            futures = acc.pending_futures()
+            if futures:
+                await asyncio.wait(futures)
+
+        await txn.abort(
+            lambda: acc.fail_queued(TransactionAbortedError("the transaction was aborted")),
+            wait_in_flight,
+            acc.reset_sequences,
+        )
+
+    async def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata], group_metadata: GroupMetadata
+    ) -> None:
+        """Commit consumer offsets as part of the transaction (they apply only if it commits).
+
+        ``offsets`` are the next offsets to consume; ``group_metadata`` comes from
+        ``consumer.group_metadata()``: a consumer that was rebalanced out in the
+        meantime makes this raise :class:`~kafkakit.errors.CommitFailedError` (KIP-447).
+        """
+        await self._transactions().send_offsets(offsets, group_metadata)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Self]:
+        """``async with producer.transaction():`` begins, then commits, or aborts on an exception."""
+        txn = self._transactions()
+        txn.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            if txn.state is not TransactionState.FATAL:
+                await self.abort_transaction()
+            raise
+        await self.commit_transaction()
+
+    async def prepare_transaction(self) -> TransactionHandle:
+        """Deliver the transaction's records without ending it; returns a handle for
+        :func:`kafkakit.producer.transactions.complete_transaction`.
+
+        The transaction must then be completed before ``transaction_timeout_ms``
+        passes (the coordinator aborts it) and before any producer with the same
+        transactional id calls ``init_transactions`` (which aborts it too).  This
+        producer may complete it itself (commit/abort_transaction) or, once it is
+        completed elsewhere, call :meth:`forget_prepared_transaction`.
+        """
+        return await self._transactions().prepare(self.flush)
+
+    def forget_prepared_transaction(self) -> None:
+        """The prepared transaction was completed by ``complete_transaction``: be ready for the next one."""
+        self._transactions().forget_prepared()
+
     # -- flushing ---------------------------------------------------------------
 
     async def flush(self, timeout: float | None = None) -> None:
@@ -463,6 +616,8 @@ class Producer:
         """
         if not self._accepting:
             raise self._not_accepting()
+        if self._identity is not None:
+            self._check_can_send()
         count = len(values)
         if keys is not None and len(keys) != count:
             raise ValueError(f"send_batch: {len(keys)} keys for {count} values")

@@ -24,6 +24,19 @@ partition.  With ``max_in_flight_requests_per_connection > 1`` a younger batch
 of the same partition may already be in flight and land first (Kafka's
 documented behaviour without idempotence); with ``1`` a partition has at most
 one batch in flight, so order holds across retries.
+
+Idempotence (``identity`` given): each batch gets its partition's next
+sequence number when first drained and keeps it (and its encoding) across
+retries; coalescing is off so a resent batch is byte-identical.  Up to
+``max_in_flight`` (at most 5, the broker's window) batches of a partition may
+be in flight; a batch put back for a retry is resent only once nothing else of
+its partition is in flight, so the batches behind it follow in order.
+DUPLICATE_SEQUENCE_NUMBER counts as success; OUT_OF_ORDER_SEQUENCE_NUMBER for a
+batch behind an unacknowledged one is retried; the same error at the oldest
+unacknowledged batch, or UNKNOWN_PRODUCER_ID, means the broker lost our state:
+the sender drains what is in flight, bumps the epoch (KIP-360) and renumbers.
+In a transaction such a gap instead makes the transaction abortable.
+INVALID_PRODUCER_EPOCH / PRODUCER_FENCED are fatal.
 """
 
 from __future__ import annotations
@@ -35,27 +48,41 @@ import math
 import time
 from collections.abc import Callable
 from itertools import chain
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafkakit.cluster import Cluster
 from kafkakit.errors import (
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    TransactionAbortedError,
     UnknownServerError,
     for_code,
 )
 from kafkakit.net.connection import BrokerConnection
 from kafkakit.producer.accumulator import Accumulator, PartitionQueue, ProducerBatch
+from kafkakit.producer.idempotence import (
+    FENCING_CODES,
+    ProducerIdentity,
+    fenced_error,
+    next_sequence,
+    stamp_batch,
+)
 from kafkakit.protocol.build import millis
 from kafkakit.protocol.framing import ApiKey
 from kafkakit.records import encode_batch
 from kafkakit.structs import TopicPartition
 
+if TYPE_CHECKING:
+    from kafkakit.producer.transactions import TransactionManager
+
 log = logging.getLogger(__name__)
 
 _NO_OFFSETS = (-1, -1, -1)
 _TOO_LARGE = {10, 18}  # MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE
+_OUT_OF_ORDER = 45
+_DUPLICATE_SEQUENCE = 46
+_UNKNOWN_PRODUCER_ID = 59
 #: Room left in a request for everything around the record batches.
 _REQUEST_OVERHEAD = 512
 
@@ -90,6 +117,8 @@ class Sender:
         max_in_flight: int,
         max_request_size: int,
         on_metadata_update: Callable[[], None] = lambda: None,
+        identity: ProducerIdentity | None = None,
+        transactions: TransactionManager | None = None,
     ) -> None:
         self._cluster = cluster
         self._acc = accumulator
@@ -100,6 +129,9 @@ class Sender:
         self._delivery_timeout = delivery_timeout_ms / 1000
         self._max_in_flight = max_in_flight
         self._guarantee_order = max_in_flight == 1
+        self._identity = identity
+        self._txn = transactions
+        self._reset_wanted = False  # KIP-360: bump the epoch once nothing is in flight
         self._max_request_size = max_request_size
         self._on_metadata_update = on_metadata_update
         self._connections: dict[int, BrokerConnection] = {}
@@ -159,6 +191,25 @@ class Sender:
         """Send what is ready; return how long to sleep before the next cycle (None: until woken)."""
         acc = self._acc
         cluster = self._cluster
+        identity = self._identity
+        if identity is not None:
+            if identity.fatal is not None:
+                acc.fail_queued(identity.fatal)
+                return None
+            if self._reset_wanted:
+                if any(self._in_flight.values()):
+                    return None  # woken by the last response
+                if not await self._bump_epoch():
+                    return self._retry_backoff
+        txn = self._txn
+        if (
+            txn is not None
+            and txn.abortable_error is not None
+            and acc.fail_queued(
+                TransactionAbortedError(f"the transaction failed and must be aborted: {txn.abortable_error}")
+            )
+        ):
+            txn.on_batch_error(txn.abortable_error, sequence_gap=True)
         now = time.monotonic()
         metadata = cluster.metadata
         need_metadata = cluster.metadata_stale
@@ -169,9 +220,12 @@ class Sender:
             for pq in by_partition.values():
                 if not pq.batches:
                     continue
-                acc.expire(pq, now, self._delivery_timeout)
-                if not pq.batches or (guarantee_order and pq.in_flight):
+                if acc.expire(pq, now, self._delivery_timeout):
+                    self._sequence_gap(pq.tp)
+                if not pq.batches or self._blocked(pq, guarantee_order):
                     continue
+                if txn is not None and not txn.partition_added(pq.tp):
+                    continue  # AddPartitionsToTxn is on its way; it wakes us
                 if not acc.is_ready(pq, now):
                     next_at = min(next_at, acc.next_linger_deadline(pq))
                     continue
@@ -208,14 +262,18 @@ class Sender:
             groups: list[tuple[PartitionQueue, list[ProducerBatch]]] = []
             size = 0
             for pq in queues:
-                if not pq.batches or (guarantee_order and pq.in_flight) or not acc.is_ready(pq, now):
+                if not pq.batches or self._blocked(pq, guarantee_order) or not acc.is_ready(pq, now):
                     continue
                 head = pq.batches[0]
                 if groups and size + head.size > max_size:
                     continue
                 group = [acc.take(pq)]
                 size += head.size
-                if head.encoded is None and not head.solo:
+                if self._identity is not None:
+                    if head.base_sequence < 0 and head.encoded is None and not head.solo:
+                        size = self._attach_followers(pq, head, size, max_size, now)
+                    self._assign_sequence(pq, head)
+                elif head.encoded is None and not head.solo:
                     size = self._coalesce(pq, group, size, max_size, now)
                 groups.append((pq, group))
             if not groups:
@@ -223,6 +281,43 @@ class Sender:
             await self._send_request(node_id, conn, groups)
             if not conn.connected:
                 return
+
+    def _blocked(self, pq: PartitionQueue, guarantee_order: bool) -> bool:
+        """Whether ``pq`` must wait for its in-flight batches before sending its head batch."""
+        if not pq.in_flight:
+            return False
+        # A retried idempotent batch goes alone, so the batches behind it follow in order.
+        return guarantee_order or (self._identity is not None and pq.batches[0].base_sequence >= 0)
+
+    @staticmethod
+    def _assign_sequence(pq: PartitionQueue, batch: ProducerBatch) -> None:
+        if batch.base_sequence < 0:
+            batch.base_sequence = pq.next_sequence
+            pq.next_sequence = next_sequence(pq.next_sequence, _wire_count(batch))
+
+    def _attach_followers(
+        self, pq: PartitionQueue, head: ProducerBatch, size: int, max_size: int, now: float
+    ) -> int:
+        """Idempotent coalescing: the next fresh batches ride in ``head``'s record batch for good."""
+        acc = self._acc
+        batches = pq.batches
+        followers: list[ProducerBatch] = []
+        while batches:
+            nxt = batches[0]
+            if (
+                nxt.encoded is not None
+                or nxt.solo
+                or nxt.base_sequence >= 0
+                or nxt.followers
+                or size + nxt.size > max_size
+                or not acc.is_ready(pq, now)
+            ):
+                break
+            followers.append(acc.take_follower(pq))
+            size += nxt.size
+        if followers:
+            head.followers = followers
+        return size
 
     def _coalesce(
         self, pq: PartitionQueue, group: list[ProducerBatch], size: int, max_size: int, now: float
@@ -245,6 +340,23 @@ class Sender:
         return size
 
     def _encode_group(self, group: list[ProducerBatch]) -> bytes:
+        identity = self._identity
+        if identity is not None:
+            # Never coalesced: one batch whose sequence (and bytes) survive retries.
+            (batch,) = group
+            if batch.encoded is None and batch.followers:
+                batch.encoded = encode_batch(
+                    list(chain(batch.records, *(f.records for f in batch.followers))),
+                    compression=self._acc.compression,
+                )
+            data = batch.encoded = stamp_batch(
+                batch.encode(self._acc.compression),
+                identity.producer_id,
+                identity.epoch,
+                batch.base_sequence,
+                identity.transactional,
+            )
+            return data
         if len(group) == 1:
             return group[0].encode(self._acc.compression)
         return encode_batch(
@@ -274,7 +386,7 @@ class Sender:
             return
         request = conn.request(
             ApiKey.PRODUCE,
-            transactional_id=None,
+            transactional_id=self._identity.transactional_id if self._identity is not None else None,
             acks=self._acks,
             timeout=self._request_timeout_ms,
             topic_data=[{"name": name, "partition_data": parts} for name, parts in topic_data.items()],
@@ -361,7 +473,15 @@ class Sender:
                     self._retry_or_fail(pq, batch, error, now)
                 continue
             code = int(result.error_code)
+            if (
+                self._identity is not None
+                and code
+                and self._handle_idempotence_error(pq, group[0], code, result, now)
+            ):
+                continue
             if code == 0:
+                if self._identity is not None:
+                    pq.acked_sequence = next_sequence(group[0].base_sequence, _wire_count(group[0]))
                 offset = int(result.base_offset)
                 log_append_time = millis(result.log_append_time)
                 log_start_offset = int(result.log_start_offset)
@@ -381,6 +501,71 @@ class Sender:
             error = for_code(code)(_describe(tp, result))
             for batch in reversed(group):
                 self._retry_or_fail(pq, batch, error, now)
+
+    def _handle_idempotence_error(
+        self, pq: PartitionQueue, batch: ProducerBatch, code: int, result: Any, now: float
+    ) -> bool:
+        """Handle the sequence and epoch errors of an idempotent Produce; False: not one of them."""
+        if code == _DUPLICATE_SEQUENCE:
+            # The broker already has this batch (an earlier attempt landed): success, offset unknown.
+            pq.acked_sequence = next_sequence(batch.base_sequence, _wire_count(batch))
+            self._acc.complete(pq, batch, _NO_OFFSETS)
+            return True
+        if code in FENCING_CODES:
+            assert self._identity is not None
+            fenced = fenced_error(code, f"Produce to {pq.tp.topic}-{pq.tp.partition}")
+            self._identity.set_fatal(fenced)
+            self._acc.fail(pq, batch, fenced)
+            if self._txn is not None:
+                self._txn.on_batch_error(fenced)
+            return True
+        if code == _OUT_OF_ORDER and batch.base_sequence != pq.acked_sequence:
+            # A batch ahead of this one failed and is being resent: retry behind it.
+            batch.last_error = for_code(code)(_describe(pq.tp, result))
+            self._acc.requeue(pq, batch)
+            return True
+        if code in (_OUT_OF_ORDER, _UNKNOWN_PRODUCER_ID):
+            error = for_code(code)(_describe(pq.tp, result))
+            if self._txn is not None:
+                self._txn.on_batch_error(error, sequence_gap=True)
+                self._acc.fail(pq, batch, error)
+                return True
+            # The broker lost our producer state: bump the epoch and resend from sequence 0.
+            log.warning("%s: resetting sequence numbers with a new epoch", error)
+            batch.last_error = error
+            self._reset_wanted = True
+            self._acc.requeue(pq, batch)
+            return True
+        return False
+
+    def _sequence_gap(self, tp: TopicPartition) -> None:
+        """A sequenced batch was given up: the broker would see a gap after it."""
+        if self._identity is None:
+            return
+        if self._txn is not None:
+            self._txn.on_batch_error(
+                KafkaError(f"a batch to {tp.topic}-{tp.partition} expired"), sequence_gap=True
+            )
+        else:
+            self._reset_wanted = True
+
+    async def _bump_epoch(self) -> bool:
+        """KIP-360: a new epoch (or producer id) and sequences from 0; False to try again later."""
+        identity = self._identity
+        assert identity is not None
+        try:
+            conn = await self._cluster.any_connection()
+            await identity.init_producer_id(
+                conn, bump=True, timeout=self._request_timeout, backoff=self._retry_backoff
+            )
+        except KafkaError as exc:
+            if identity.fatal is None and not exc.retriable:
+                identity.set_fatal(exc)
+            log.warning("cannot bump the producer epoch: %s", exc)
+            return False
+        self._acc.reset_sequences()
+        self._reset_wanted = False
+        return True
 
     def _retry_all(
         self, groups: list[tuple[PartitionQueue, list[ProducerBatch]]], error: BaseException
@@ -417,6 +602,10 @@ class Sender:
             error,
         )
         self._acc.fail(pq, batch, error)
+        if self._txn is not None:
+            self._txn.on_batch_error(error, sequence_gap=batch.base_sequence >= 0)
+        elif batch.base_sequence >= 0:
+            self._sequence_gap(pq.tp)
 
     # -- connections and metadata -------------------------------------------------
 
@@ -461,6 +650,14 @@ class Sender:
             log.info("metadata refresh failed: %s", error)
         self._on_metadata_update()
         self.wake()
+
+
+def _wire_count(batch: ProducerBatch) -> int:
+    """Records in ``batch``'s record batch on the wire (its own plus its followers')."""
+    followers = batch.followers
+    if not followers:
+        return batch.record_count
+    return batch.record_count + sum(f.record_count for f in followers)
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:
