@@ -286,8 +286,10 @@ class Sender:
         """Whether ``pq`` must wait for its in-flight batches before sending its head batch."""
         if not pq.in_flight:
             return False
-        # A retried idempotent batch goes alone, so the batches behind it follow in order.
-        return guarantee_order or (self._identity is not None and pq.batches[0].base_sequence >= 0)
+        # Idempotent producers keep one (coalesced) batch per partition in flight: with
+        # several, a retriable error on one (e.g. NOT_LEADER on a new topic) turned its
+        # successors into OUT_OF_ORDER_SEQUENCE_NUMBER, and their requeue could overtake it.
+        return guarantee_order or self._identity is not None
 
     @staticmethod
     def _assign_sequence(pq: PartitionQueue, batch: ProducerBatch) -> None:
