@@ -116,8 +116,9 @@ class Producer:
     broker drops duplicates and rejects gaps, so every record lands exactly once
     and in order per partition.  ``transactional_id`` enables transactions
     (and idempotence); see :meth:`init_transactions` and docs/transactions.md.
-    Modern Kafka clients enable idempotence by default; kafkakit keeps it off
-    by default for now.
+    Left unset (None), idempotence is on when ``acks="all"`` and the in-flight
+    limit allows it, as in modern Kafka clients; the default ``acks`` stays 1
+    (aiokafka's), which leaves it off.
     """
 
     def __init__(
@@ -138,7 +139,7 @@ class Producer:
         key_serializer: Callable[[Any], bytes | None] | None = None,
         value_serializer: Callable[[Any], bytes | None] | None = None,
         partitioner: Partitioner | None = None,
-        enable_idempotence: bool = False,
+        enable_idempotence: bool | None = None,
         transactional_id: str | None = None,
         max_in_flight_requests_per_connection: int = 5,
         transaction_timeout_ms: int = 60000,
@@ -146,8 +147,8 @@ class Producer:
         parse_bootstrap(bootstrap_servers)  # raises KafkaConfigError("bootstrap_servers", ...)
         if not isinstance(client_id, str) or not client_id:
             raise KafkaConfigError("client_id", f"must be a non-empty string, not {client_id!r}")
-        if not isinstance(enable_idempotence, bool):
-            raise KafkaConfigError("enable_idempotence", f"must be a bool, not {enable_idempotence!r}")
+        if enable_idempotence is not None and not isinstance(enable_idempotence, bool):
+            raise KafkaConfigError("enable_idempotence", f"must be a bool or None, not {enable_idempotence!r}")
         if transactional_id is not None:
             if not isinstance(transactional_id, str) or not transactional_id:
                 raise KafkaConfigError(
@@ -155,6 +156,11 @@ class Producer:
                 )
             enable_idempotence = True  # transactions are built on idempotence
         _check_int("transaction_timeout_ms", transaction_timeout_ms, 1)
+        if enable_idempotence is None:
+            # As in modern Kafka clients: on with acks="all" unless a setting conflicts.
+            enable_idempotence = (
+                acks in ("all", -1) and max_in_flight_requests_per_connection <= _MAX_IDEMPOTENT_IN_FLIGHT
+            )
         if acks is None:
             acks = "all" if enable_idempotence else 1
         self._acks = _check_acks(acks)
