@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any, TypeAlias
 
 from kafkakit.cluster import Cluster
+from kafkakit.config import INT32_MAX, check_int
 from kafkakit.errors import (
     ConsumerStoppedError,
     IllegalStateError,
@@ -32,16 +33,11 @@ Record: TypeAlias = ConsumerRecord[Any, Any]
 
 _RESET_POLICIES = ("earliest", "latest", "none")
 _ISOLATION_LEVELS = {"read_uncommitted": READ_UNCOMMITTED, "read_committed": READ_COMMITTED}
-_INT32_MAX = 2**31 - 1
 _NEEDS_GROUP = "needs a group_id (a consumer without one can only assign() partitions)"
 
 
-def _check_int(setting: str, value: Any, minimum: int, maximum: int = _INT32_MAX) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise KafkaConfigError(setting, f"must be an integer, got {value!r}")
-    if not minimum <= value <= maximum:
-        raise KafkaConfigError(setting, f"must be between {minimum} and {maximum}, got {value}")
-    return value
+def _check_int(setting: str, value: Any, minimum: int, maximum: int = INT32_MAX) -> int:
+    return check_int(setting, value, minimum, maximum)
 
 
 def _check_deserializer(setting: str, value: Any) -> Deserializer | None:

@@ -29,6 +29,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, overload
 
 from kafkakit.cluster import Cluster, parse_bootstrap
+from kafkakit.config import check_int as _check_int
 from kafkakit.errors import (
     IllegalStateError,
     KafkaConfigError,
@@ -884,13 +885,6 @@ class SendBatchFuture(Awaitable[SendBatchResult]):
 
 
 # -- validation helpers ----------------------------------------------------------
-
-
-def _check_int(setting: str, value: object, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise KafkaConfigError(setting, f"must be an int, not {value!r}")
-    if value < minimum:
-        raise KafkaConfigError(setting, f"must be at least {minimum}, got {value}")
 
 
 def _check_acks(acks: object) -> int:
