@@ -1,0 +1,57 @@
+"""One asyncio event loop per Python worker, shared by every Spark task it runs.
+
+Spark calls ``read()``/``write()``/``commit()`` synchronously, and Python
+workers are reused across tasks (``spark.python.worker.reuse``), so the
+kafkakit asyncio client runs on a loop in a daemon thread that lives as long as
+the worker process.  Tasks submit coroutines with :func:`run` and block on the
+result.  A fork (Spark's daemon forks workers) gets a fresh loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Coroutine
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+_owner_pid: int | None = None
+
+
+def _start_loop() -> asyncio.AbstractEventLoop:
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        loop.call_soon(ready.set)
+        loop.run_forever()
+
+    threading.Thread(target=serve, name="kafkakit-spark-loop", daemon=True).start()
+    ready.wait()
+    return loop
+
+
+def event_loop() -> asyncio.AbstractEventLoop:
+    """The worker's background loop, started on first use (and again after a fork)."""
+    global _loop, _owner_pid
+    with _lock:
+        if _loop is None or _owner_pid != os.getpid() or _loop.is_closed():
+            _loop = _start_loop()
+            _owner_pid = os.getpid()
+        return _loop
+
+
+def run(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+    """Run ``coro`` on the worker's loop and wait for its result (re-raising its error)."""
+    future: Future[T] = asyncio.run_coroutine_threadsafe(coro, event_loop())
+    try:
+        return future.result(timeout)
+    except BaseException:
+        future.cancel()
+        raise
