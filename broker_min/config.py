@@ -53,6 +53,8 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = 1_800_000
     # Kafka's default is 50; one partition is plenty for a single node.
     offsets_topic_num_partitions: int = 1
+    # The finalized ``transaction.version`` feature level advertised in ApiVersions (Kafka 4.x: 2).
+    transaction_version: int = 2
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -79,6 +81,7 @@ class BrokerConfig:
             2**31 - 1,
         )
         _check_range("offsets_topic_num_partitions", self.offsets_topic_num_partitions, 1, 2**31 - 1)
+        _check_range("transaction_version", self.transaction_version, 0, 2)
         if self.cluster_id is not None and not self.cluster_id:
             raise KafkaConfigError("cluster_id", "must not be empty")
 

@@ -82,7 +82,9 @@ class _Connection:
             self._writer.close()
             try:
                 # A peer that stopped reading would keep a graceful close waiting forever.
-                await asyncio.wait_for(self._writer.wait_closed(), CLOSE_TIMEOUT)
+                # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation.
+                async with asyncio.timeout(CLOSE_TIMEOUT):
+                    await self._writer.wait_closed()
             except Exception:
                 self._writer.transport.abort()
 

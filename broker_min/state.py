@@ -45,6 +45,8 @@ _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_NAME_LENGTH = 249
 # Seconds between scans for transactions past their timeout (Kafka: 10 s; cheap here).
 TRANSACTION_TIMEOUT_CHECK_INTERVAL = 1.0
+# Seconds between looks for transaction markers due for a retry (each has its own backoff).
+TRANSACTION_MARKER_RETRY_INTERVAL = 0.05
 
 
 def topic_name_error(name: str | None) -> str | None:
@@ -165,10 +167,18 @@ class BrokerState:
         self._background: list[asyncio.Task[None]] = []
         self._open_registered_partitions()
         self.groups = GroupCoordinator(
-            OffsetsTopic(self, config.offsets_topic_num_partitions), group_settings(config)
+            OffsetsTopic(self, config.offsets_topic_num_partitions, self.producer_states),
+            group_settings(config),
         )
         self.groups.load()
-        self.transactions = TransactionCoordinator(self, self.producer_ids, self.producer_states, self.groups)
+        self.transactions = TransactionCoordinator(
+            self,
+            self.producer_ids,
+            self.producer_states,
+            self.groups,
+            # Kafka writes TransactionLogValue v1 once transaction version 2 is finalized.
+            log_value_version=1 if config.transaction_version >= 2 else 0,
+        )
         self.transactions.load()
 
     # -- listener --------------------------------------------------------------
@@ -292,7 +302,9 @@ class BrokerState:
         for key in keys:
             self._append_waiters.setdefault(key, set()).add(fut)
         try:
-            await asyncio.wait_for(fut, timeout)
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation.
+            async with asyncio.timeout(timeout):
+                await fut
             return True
         except TimeoutError:
             return False
@@ -332,8 +344,17 @@ class BrokerState:
                 log.exception("retention check failed")
 
     async def _transaction_timeout_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_timeout_check = loop.time() + TRANSACTION_TIMEOUT_CHECK_INTERVAL
         while True:
-            await asyncio.sleep(TRANSACTION_TIMEOUT_CHECK_INTERVAL)
+            await asyncio.sleep(TRANSACTION_MARKER_RETRY_INTERVAL)
+            try:
+                self.transactions.retry_markers()
+            except Exception:
+                log.exception("retrying transaction markers failed")
+            if loop.time() < next_timeout_check:
+                continue
+            next_timeout_check = loop.time() + TRANSACTION_TIMEOUT_CHECK_INTERVAL
             try:
                 self.transactions.abort_timed_out()
             except Exception:

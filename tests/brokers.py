@@ -348,9 +348,13 @@ class KafkaServer:
         *,
         lib_dir: Path | None = None,
         extra_config: Mapping[str, str] | None = None,
+        features: Mapping[str, int] | None = None,
         startup_timeout: float = 90.0,
     ) -> None:
         self._owns_work_dir = work_dir is None
+        # Feature levels to format with (``kafka-storage format --feature``), e.g.
+        # {"transaction.version": 1}; unset, Kafka 4.3 finalizes transaction.version=2.
+        self.features = dict(features or {})
         self.work_dir = Path(tempfile.mkdtemp(prefix="kafkakit-kafka-")) if work_dir is None else work_dir
         self.lib_dir = lib_dir
         self.extra_config = dict(extra_config or {})
@@ -396,6 +400,8 @@ class KafkaServer:
             "transaction.state.log.replication.factor": "1",
             "transaction.state.log.min.isr": "1",
             "transaction.state.log.num.partitions": "1",
+            # Abort timed-out transactions within a second (default 10 s), as broker_min does.
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
@@ -423,8 +429,9 @@ class KafkaServer:
 
     def _format_storage(self) -> None:
         command = self._java_command(
-            "kafka.tools.StorageTool", "format", "-t", _kafka_uuid(), "-c", str(self.config_path)
-        )
+            "kafka.tools.StorageTool", "format", "-t", _kafka_uuid(), "-c", str(self.config_path),
+            *(arg for name, level in self.features.items() for arg in ("--feature", f"{name}={level}")),
+        )  # fmt: skip
         result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
         if result.returncode != 0:
             raise BrokerSetupError(

@@ -355,7 +355,7 @@ async def test_find_coordinator_unknown_key_type(client: RawClient) -> None:
 
 def test_advertised_ranges() -> None:
     assert (HANDLERS[10].min_version, HANDLERS[10].max_version) == (0, 4)
-    assert (HANDLERS[22].min_version, HANDLERS[22].max_version) == (0, 4)
+    assert (HANDLERS[22].min_version, HANDLERS[22].max_version) == (0, 5)  # as Kafka 4.x
 
 
 # -- third-party idempotent producers ---------------------------------------------------------

@@ -210,7 +210,7 @@ async def test_api_versions_lists_implemented_apis(client: RawClient, version: i
     resp = await client.call(req(18, version, client_software_name="t", client_software_version="1"))
     ranges = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
     assert resp.error_code == ErrorCode.none
-    assert ranges[0] == (0, 11) and ranges[1] == (4, 12) and ranges[3] == (0, 12) and ranges[18] == (0, 4)
+    assert ranges[0] == (0, 12) and ranges[1] == (4, 12) and ranges[3] == (0, 12) and ranges[18] == (0, 4)
     assert ranges[2] == (1, 7) and ranges[19] == (2, 7) and ranges[20] == (1, 6)
 
 

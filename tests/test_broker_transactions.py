@@ -200,17 +200,27 @@ def test_transaction_log_records_round_trip() -> None:
     assert decode_txn_key(encode_txn_key("my-tx")) == "my-tx"
     # Kafka's layout: version 0, producer id, epoch, timeout, status, then the partitions array.
     assert encode_txn_value(value)[:17] == struct.pack(">hqhib", 0, 7, 3, 60_000, 1)
+    # v1 (flexible) adds tagged fields; defaults are left out, as Kafka's serializer does.
+    tagged = TxnLogValue(7, 3, 60_000, 2, (("a", 0),), 1_700_000_000_000, 1_699_999_999_000, 5, 9, 2)
+    for v in (value, tagged):
+        encoded = encode_txn_value(v, 1)
+        assert encoded[:17] == struct.pack(">hqhib", 1, 7, 3, 60_000, v.status)
+        assert decode_txn_value(encoded) == v
+    assert encode_txn_value(value, 1).endswith(b"\x00")  # no tagged fields
+    assert encode_txn_value(tagged, 1).endswith(b"\x03\x00\x08" + struct.pack(">q", 5) + b"\x01\x08"
+                                                + struct.pack(">q", 9) + b"\x02\x02" + struct.pack(">h", 2))  # fmt: skip
 
 
 def test_advertised_ranges() -> None:
     keys = (22, 24, 25, 26, 28, 61, 65, 66)
     ranges = {k: (HANDLERS[k].min_version, HANDLERS[k].max_version) for k in keys}
+    # As Apache Kafka 4.x, except AddPartitionsToTxn v4-5 (the broker-to-broker batch form).
     assert ranges == {
-        22: (0, 4),
+        22: (0, 5),
         24: (0, 3),
-        25: (0, 3),
-        26: (0, 4),
-        28: (0, 3),
+        25: (0, 4),
+        26: (0, 5),
+        28: (0, 5),
         61: (0, 0),
         65: (0, 0),
         66: (0, 1),
@@ -305,7 +315,8 @@ async def test_a_new_instance_aborts_and_fences_the_old_one(client: RawClient) -
     await add_partitions(client, "t", pid, epoch, (0, 1))
     assert (await produce(client, txn_batch(pid, epoch, 0, tag="z"), tid="t")).error_code == ErrorCode.none
     new = await init_pid(client, "t")
-    assert (new.producer_id, new.producer_epoch) == (pid, epoch + 1)
+    # Kafka fences (epoch + 1, the abort markers' epoch) and bumps again for the new instance.
+    assert (new.producer_id, new.producer_epoch) == (pid, epoch + 2)
     # The zombie's transaction was aborted with markers, and everything it sends is refused.
     data = await fetch(client, READ_COMMITTED)
     assert data.last_stable_offset == data.high_watermark == 3 and committed_values(data) == []
@@ -325,11 +336,11 @@ async def test_a_new_instance_aborts_and_fences_the_old_one(client: RawClient) -
     )
     assert stale.error_code == ErrorCode.producer_fenced
     # The new instance works, starting its sequences at 0.
-    await add_partitions(client, "t", pid, epoch + 1)
+    await add_partitions(client, "t", pid, epoch + 2)
     assert (
-        await produce(client, txn_batch(pid, epoch + 1, 0, tag="n"), tid="t")
+        await produce(client, txn_batch(pid, epoch + 2, 0, tag="n"), tid="t")
     ).error_code == ErrorCode.none
-    assert await end_txn(client, "t", pid, epoch + 1, commit=True) == ErrorCode.none
+    assert await end_txn(client, "t", pid, epoch + 2, commit=True) == ErrorCode.none
     assert committed_values(await fetch(client, READ_COMMITTED)) == [b"n-0", b"n-1"]
 
 
@@ -452,7 +463,7 @@ async def test_a_transaction_in_prepare_commit_completes_after_a_restart(tmp_pat
         client.close()
 
 
-async def test_an_open_transaction_with_offsets_is_aborted_on_restart(tmp_path: Path) -> None:
+async def test_an_open_transaction_with_offsets_survives_a_restart(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     async with Broker(data_dir) as first:
         first.state.create_topic(TOPIC, 2)
@@ -467,15 +478,19 @@ async def test_an_open_transaction_with_offsets_is_aborted_on_restart(tmp_path: 
         assert add.error_code == ErrorCode.none
         assert await txn_offset_commit(client, "t", pid, epoch, "g", 5) == ErrorCode.none
         client.close()
-    # Pending transactional offsets are held in memory: the restarted coordinator aborts and fences.
+    # The offsets were logged in the transaction: still pending after the restart, committed with it.
     async with Broker(data_dir) as second:
         meta = second.state.transactions.transactions["t"]
-        assert (meta.state, meta.producer_epoch) == (TxnState.COMPLETE_ABORT, epoch + 1)
+        assert (meta.state, meta.producer_epoch) == (TxnState.ONGOING, epoch)
         client = await RawClient.connect(second)
-        assert await end_txn(client, "t", pid, epoch, commit=True) == ErrorCode.producer_fenced
-        data = await fetch(client, READ_COMMITTED)
-        assert data.last_stable_offset == 3 and committed_values(data) == []
-        assert await offset_fetch(client, "g", require_stable=True) == (ErrorCode.none, -1)
+        assert await offset_fetch(client, "g", require_stable=True) == (ErrorCode.unstable_offset_commit, -1)
+        assert await end_txn(client, "t", pid, epoch, commit=True) == ErrorCode.none
+        assert await offset_fetch(client, "g", require_stable=True) == (ErrorCode.none, 5)
+        assert committed_values(await fetch(client, READ_COMMITTED)) == [b"v-0", b"v-1"]
+        client.close()
+    async with Broker(data_dir) as third:  # and the commit itself is durable
+        client = await RawClient.connect(third)
+        assert await offset_fetch(client, "g", require_stable=True) == (ErrorCode.none, 5)
         client.close()
 
 
@@ -660,6 +675,32 @@ async def test_kafka_python_transactional_producer(broker: Broker) -> None:
     await asyncio.to_thread(_kafka_python_transactions, broker.bootstrap_servers, TOPIC)
     seen = await asyncio.to_thread(_confluent_consume, broker.bootstrap_servers, TOPIC, "read_committed", 20)
     assert sorted(seen) == sorted(f"kc-{i}".encode() for i in range(20))
+
+
+async def test_aiokafka_transactional_producer_with_offsets(broker: Broker, client: RawClient) -> None:
+    from aiokafka import AIOKafkaProducer
+    from aiokafka import TopicPartition as AioTopicPartition
+
+    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap_servers, transactional_id="aio-tx")
+    await producer.start()
+    try:
+        for commit, offset in ((True, 4), (False, 9)):
+            await producer.begin_transaction()
+            for i in range(10):
+                await producer.send(TOPIC, f"{'ac' if commit else 'aa'}-{i}".encode(), partition=i % 2)
+            await producer.send_offsets_to_transaction({AioTopicPartition(TOPIC, 0): offset}, "aio-group")
+            if commit:
+                await producer.commit_transaction()
+            else:
+                await producer.abort_transaction()
+    finally:
+        await producer.stop()
+    seen = await asyncio.to_thread(_confluent_consume, broker.bootstrap_servers, TOPIC, "read_committed", 10)
+    assert sorted(seen) == sorted(f"ac-{i}".encode() for i in range(10))
+    topic = sub(9, 7, "OffsetFetchRequestTopic", name=TOPIC, partition_indexes=(0,))
+    response = await client.call(req(9, 7, group_id="aio-group", topics=(topic,), require_stable=True))
+    p = response.topics[0].partitions[0]
+    assert (p.error_code, p.committed_offset) == (ErrorCode.none, 4)
 
 
 # -- admin APIs -------------------------------------------------------------------------------

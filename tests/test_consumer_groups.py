@@ -27,6 +27,7 @@ from kafkakit.errors import (
     KafkaConfigError,
     RebalanceInProgressError,
 )
+from kafkakit.protocol.framing import ApiKey
 from kafkakit.structs import OffsetAndMetadata, TopicPartition
 
 from tests.brokers import new_topic_name
@@ -605,6 +606,68 @@ async def test_listener_exception_is_raised_from_the_next_poll(bootstrap: str, t
                 await consumer.getmany(timeout_ms=100)
         assert consumer.assignment() == all_partitions(topic, 2)  # the rebalance itself completed
         await consumer.getmany(timeout_ms=100)  # raised once
+
+
+# -- cancellation ------------------------------------------------------------------------
+#
+# Member.stop() cancels the task polling and committing. On Python 3.11,
+# asyncio.wait_for returns the result and drops the cancellation when it lands in
+# the loop step its awaitable completes, so a poll cancelled just as records (or a
+# commit's response) arrived kept running and stop() hung. Each test cancels at
+# every step around the wakeup: a cancel() that returned True must end the task.
+
+
+async def _cancel_after(task: asyncio.Task[Any], steps: int) -> bool:
+    """Cancel ``task`` after ``steps`` loop steps; True if it took the cancellation (did not end normally)."""
+    for _ in range(steps):
+        await asyncio.sleep(0)
+    requested = task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=5)
+    assert task in done, f"cancelled {steps} step(s) after its wakeup, the task did not end in 5 s"
+    return not requested or task.cancelled()
+
+
+async def test_poll_cancelled_as_records_arrive_ends(bootstrap: str, topic: str) -> None:
+    await setup_topic(bootstrap, topic, 1)
+    consumer = group_consumer(bootstrap, new_topic_name("g"), topic)
+    member = await Member(consumer).start()
+    try:
+        await wait_for(lambda: balanced([member], all_partitions(topic, 1)), 30, "the assignment")
+        await member._stop_polling()
+        for steps in range(4):
+            poll = asyncio.create_task(consumer.getmany(timeout_ms=20_000))
+            await asyncio.sleep(0.1)  # parked: the topic is empty
+            consumer._fetcher._data_ready.set()  # what a fetch that buffered records does
+            took = await _cancel_after(poll, steps)
+            assert took, f"getmany ignored a cancel {steps} step(s) after data"
+    finally:
+        await member.stop()
+
+
+async def test_commit_cancelled_as_its_response_arrives_ends(bootstrap: str, topic: str) -> None:
+    await setup_topic(bootstrap, topic, 1)
+    consumer = group_consumer(bootstrap, new_topic_name("g"), topic)
+    member = await Member(consumer).start()
+    tp = TopicPartition(topic, 0)
+    try:
+        await wait_for(lambda: balanced([member], all_partitions(topic, 1)), 30, "the assignment")
+        await member._stop_polling()
+        conn = await member.group._coordinator()
+        for steps in range(6):
+            before = set(conn._pending)
+            commit = asyncio.create_task(consumer.commit({tp: OffsetAndMetadata(0)}))
+            await asyncio.sleep(0)  # OffsetCommit is on the wire
+            (response,) = [
+                p.future
+                for cid, p in conn._pending.items()
+                if cid not in before and p.api_key == ApiKey.OFFSET_COMMIT
+            ]
+            while not response.done():
+                await asyncio.sleep(0)
+            took = await _cancel_after(commit, steps)
+            assert took, f"commit ignored a cancel {steps} step(s) after its response"
+    finally:
+        await member.stop()
 
 
 # -- other clients in the same group -----------------------------------------------------

@@ -75,6 +75,7 @@ class KafkaProxy:
         *,
         drop_produce: Callable[[int], bool] = lambda n: False,
         reject_produce: Callable[[int], int] = lambda n: 0,
+        drop_end_txn: Callable[[int], bool] = lambda n: False,
     ) -> None:
         host, _, port = upstream.split(",")[0].rpartition(":")
         self.upstream = (host, int(port))
@@ -82,6 +83,12 @@ class KafkaProxy:
         # Called with the Produce request count: an error code answers the request in the
         # broker's place (the broker never sees it), 0 forwards it.
         self.reject_produce = reject_produce
+        # Called with the EndTxn response count: True cuts the connection instead (a lost response).
+        self.drop_end_txn = drop_end_txn
+        self.end_txn_responses = 0
+        # Produce requests forwarded and not yet answered by the broker, and the most at once.
+        self.outstanding_produce = 0
+        self.max_outstanding_produce = 0
         self.produce_requests = 0
         self.rejected = 0
         self.produce_responses = 0
@@ -156,6 +163,8 @@ class KafkaProxy:
                         self.rejected += 1
                         client_w.write(_error_response(header, body, code))
                         continue
+                    self.outstanding_produce += 1
+                    self.max_outstanding_produce = max(self.max_outstanding_produce, self.outstanding_produce)
                 pending[header.correlation_id] = (header.api_key, header.api_version)
                 up_w.write(_SIZE.pack(len(body)) + body)
                 await up_w.drain()
@@ -169,10 +178,16 @@ class KafkaProxy:
             api_key, version = pending.pop(correlation_id, (-1, -1))
             frame = _SIZE.pack(len(body)) + body
             if api_key == ApiKey.PRODUCE:
+                self.outstanding_produce -= 1
                 self.produce_responses += 1
                 if self.drop_produce(self.produce_responses):
                     self.dropped += 1
                     return  # the broker appended the records; the client never hears of it
+            elif api_key == ApiKey.END_TXN:
+                self.end_txn_responses += 1
+                if self.drop_end_txn(self.end_txn_responses):
+                    self.dropped += 1
+                    return  # the coordinator ended the transaction; the client must retry
             elif api_key in (ApiKey.METADATA, ApiKey.FIND_COORDINATOR):
                 frame = self._rewrite(api_key, version, body)
             client_w.write(frame)
@@ -326,6 +341,34 @@ async def test_lost_produce_responses_cause_no_duplicates_or_reordering(broker: 
         assert proxy.dropped >= 4, f"only {proxy.dropped} Produce responses were dropped"
     got = await read_all(broker.bootstrap_servers, topic, 2, 2400)
     assert got == expected(2, 1200)
+
+
+async def test_pipelined_batches_stay_in_order_when_one_is_refused(broker: Any, topic: str) -> None:
+    """Several batches of one partition in flight; one is refused with a retriable error
+    (the proxy answers NOT_LEADER_OR_FOLLOWER in the broker's place), so the broker gets its
+    successors with a gap and answers OUT_OF_ORDER_SEQUENCE_NUMBER: they are retried behind
+    the refused one, which goes first.  Lost responses (connection cuts) are mixed in."""
+    await setup_topic(broker.bootstrap_servers, topic, 1)
+    refused = {3, 9, 10, 17, 30}
+    async with KafkaProxy(
+        broker.bootstrap_servers,
+        reject_produce=lambda n: 6 if n in refused else 0,
+        drop_produce=lambda n: n in (12, 25),
+    ) as proxy:
+        async with Producer(
+            bootstrap_servers=proxy.bootstrap_servers,
+            enable_idempotence=True,
+            max_batch_size=300,
+            max_request_size=1500,
+            max_in_flight_requests_per_connection=5,
+            retry_backoff_ms=20,
+        ) as producer:
+            await produce_numbered(producer, topic, 1, 2000)
+        assert proxy.rejected == len(refused)
+        assert proxy.dropped == 2
+        assert proxy.max_outstanding_produce >= 3, "the partition never had several batches in flight"
+    got = await read_all(broker.bootstrap_servers, topic, 1, 2000)
+    assert got == expected(1, 2000)
 
 
 async def test_unknown_producer_id_bumps_the_epoch_and_resends_in_order(broker: Any, topic: str) -> None:

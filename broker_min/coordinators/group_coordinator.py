@@ -23,6 +23,15 @@ Persistence: group metadata and committed offsets are appended to
 changes, as Kafka does, and :meth:`GroupCoordinator.load` replays that topic on
 start-up.  Groups come back Empty with their last generation and protocol type;
 their members are not restored (they rejoin).
+
+Transactional offsets (TxnOffsetCommit) are appended at once as a
+transactional batch of the producer (see :meth:`OffsetsTopic.append_transactional`)
+and held as *pending* per producer id; the transaction's COMMIT marker in the
+same ``__consumer_offsets`` partition materialises them, an ABORT marker drops
+them, both live (:meth:`GroupCoordinator.complete_transactional_offsets`) and on
+replay, so an open or prepared transaction's offsets survive a restart.  As in
+Kafka, when transactional and plain commits of one partition mix, the record
+written last to the log wins.
 """
 
 from __future__ import annotations
@@ -65,7 +74,7 @@ from .group_records import (
     encode_offset_key,
     encode_offset_value,
 )
-from .offsets_topic import CoordinatorRecord, OffsetsTopic
+from .offsets_topic import CoordinatorRecord, OffsetsTopic, StoredMarker
 
 log = logging.getLogger("kafkakit.broker.groups")
 
@@ -170,41 +179,62 @@ class GroupCoordinator:
         self.groups: dict[str, ClassicGroup] = {}
         self.offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
         self._timers: dict[TimerKey, asyncio.TimerHandle] = {}
-        # Transactional offsets awaiting their transaction's end: producer id -> group -> offsets.
-        self._pending_txn: dict[int, dict[str, dict[tuple[str, int], OffsetValue]]] = {}
+        # Transactional offsets awaiting their transaction's end, with the log offset of their
+        # record: producer id -> group -> (topic, partition) -> (value, record offset).
+        self._pending_txn: dict[int, dict[str, dict[tuple[str, int], tuple[OffsetValue, int]]]] = {}
+        # Log offset of the record behind each committed offset (the most recent record wins).
+        self._offset_positions: dict[tuple[str, str, int], int] = {}
 
     # ==================================================================== load / stop
 
     def load(self) -> None:
         """Rebuild groups and committed offsets from ``__consumer_offsets`` (last value per key wins)."""
         count = 0
-        for key_bytes, value_bytes in self._store.replay():
+        for entry in self._store.replay_entries():
+            if isinstance(entry, StoredMarker):
+                self._complete_pending(entry.producer_id, entry.commit, entry.partition)
+                continue
             count += 1
             try:
-                key = decode_key(key_bytes)
+                key = decode_key(entry.key)
                 if isinstance(key, OffsetKey):
-                    self._replay_offset(key, value_bytes)
+                    if entry.producer_id >= 0:
+                        self._replay_pending_offset(entry.producer_id, key, entry.value, entry.offset)
+                    else:
+                        self._replay_offset(key, entry.value, entry.offset)
                 elif isinstance(key, GroupKey):
-                    self._replay_group(key, value_bytes)
+                    self._replay_group(key, entry.value)
             except GroupRecordError as exc:
                 log.warning("skipping unreadable __consumer_offsets record: %s", exc)
         if count:
             log.info(
-                "loaded %d group(s) and %d committed offset(s) from %d record(s)",
+                "loaded %d group(s), %d committed offset(s) and %d open transaction(s) with offsets "
+                "from %d record(s)",
                 len(self.groups),
                 sum(len(o) for o in self.offsets.values()),
+                len(self._pending_txn),
                 count,
             )
 
-    def _replay_offset(self, key: OffsetKey, value: bytes | None) -> None:
+    def _replay_offset(self, key: OffsetKey, value: bytes | None, position: int = -1) -> None:
         offsets = self.offsets.setdefault(key.group, {})
         if value is None:
             offsets.pop((key.topic, key.partition), None)
+            self._offset_positions.pop((key.group, key.topic, key.partition), None)
             if not offsets:
                 del self.offsets[key.group]
             return
         offsets[(key.topic, key.partition)] = decode_offset_value(value)
+        self._offset_positions[(key.group, key.topic, key.partition)] = position
         self.groups.setdefault(key.group, ClassicGroup(key.group))  # a "simple" group, as Kafka does
+
+    def _replay_pending_offset(
+        self, producer_id: int, key: OffsetKey, value: bytes | None, position: int
+    ) -> None:
+        if value is None:
+            return  # Kafka never writes transactional tombstones
+        pending = self._pending_txn.setdefault(producer_id, {}).setdefault(key.group, {})
+        pending[(key.topic, key.partition)] = (decode_offset_value(value), position)
 
     def _replay_group(self, key: GroupKey, value: bytes | None) -> None:
         if value is None:
@@ -830,13 +860,23 @@ class GroupCoordinator:
             records.append((encode_offset_key(key), encode_offset_value(value)))
             accepted.append((key, value))
             errors.append(ErrorCode.none)
-        error = self._persist(group_id, records, offsets=True)
+        error, base = self._persist_offsets(group_id, records)
         if error is not None:
             return [error if e is ErrorCode.none else e for e in errors]
         stored = self.offsets.setdefault(group_id, {})
-        for key, value in accepted:
+        for index, (key, value) in enumerate(accepted):
             stored[(key.topic, key.partition)] = value
+            self._offset_positions[(group_id, key.topic, key.partition)] = base + index
         return errors
+
+    def _persist_offsets(
+        self, group_id: str, records: Sequence[CoordinatorRecord]
+    ) -> tuple[ErrorCode | None, int]:
+        """Append offset records; (None, base offset) on success, else (error, -1) as :meth:`_persist`."""
+        try:
+            return None, self._store.append(group_id, records)
+        except LogError as exc:
+            return self._append_error(group_id, exc, offsets=True), -1
 
     def _validate_commit(
         self,
@@ -900,15 +940,17 @@ class GroupCoordinator:
         self,
         group_id: str,
         producer_id: int,
+        producer_epoch: int,
         generation_id: int,
         member_id: str,
         group_instance_id: str | None,
         offsets: Sequence[OffsetToCommit],
     ) -> list[ErrorCode]:
-        """TxnOffsetCommit: validate (KIP-447) and hold ``offsets`` until the transaction ends.
+        """TxnOffsetCommit: validate (KIP-447), log ``offsets`` in the producer's transaction, hold them.
 
-        They reach the group (and ``__consumer_offsets``) only on commit, see
-        :meth:`complete_transactional_offsets`.
+        They are written to ``__consumer_offsets`` at once, in a transactional
+        batch, and reach the group only when the transaction's COMMIT marker
+        does, see :meth:`complete_transactional_offsets`.
         """
         group = self.groups.get(group_id)
         try:
@@ -920,31 +962,58 @@ class GroupCoordinator:
         except GroupError as exc:
             return [exc.code] * len(offsets)
         now = now_ms()
-        pending = self._pending_txn.setdefault(producer_id, {}).setdefault(group_id, {})
         errors: list[ErrorCode] = []
+        accepted: list[tuple[tuple[str, int], OffsetValue]] = []
         for o in offsets:
             metadata = o.metadata or ""
             if len(metadata) > self.settings.offset_metadata_max_bytes:
                 errors.append(ErrorCode.offset_metadata_too_large)
                 continue
-            pending[(o.topic, o.partition)] = OffsetValue(o.offset, o.leader_epoch, metadata, now, -1)
+            accepted.append(
+                ((o.topic, o.partition), OffsetValue(o.offset, o.leader_epoch, metadata, now, -1))
+            )
             errors.append(ErrorCode.none)
+        if not accepted:
+            return errors
+        records = [
+            (encode_offset_key(OffsetKey(group_id, topic, partition)), encode_offset_value(value))
+            for (topic, partition), value in accepted
+        ]
+        try:
+            base = self._store.append_transactional(group_id, records, producer_id, producer_epoch)
+        except LogError as exc:
+            error = self._append_error(group_id, exc, offsets=True)
+            return [error if e is ErrorCode.none else e for e in errors]
+        pending = self._pending_txn.setdefault(producer_id, {}).setdefault(group_id, {})
+        for index, (key, value) in enumerate(accepted):
+            pending[key] = (value, base + index)
         return errors
 
-    def complete_transactional_offsets(self, producer_id: int, commit: bool) -> None:
-        """The transaction of ``producer_id`` ended: store its offsets on commit, drop them on abort."""
-        groups = self._pending_txn.pop(producer_id, None)
-        if not groups or not commit:
+    def complete_transactional_offsets(self, producer_id: int, commit: bool, partition: int) -> None:
+        """A marker for ``producer_id`` was written to ``__consumer_offsets``-``partition``: the
+        offsets its transaction logged there become committed (COMMIT) or are dropped (ABORT)."""
+        self._complete_pending(producer_id, commit, partition)
+
+    def _complete_pending(self, producer_id: int, commit: bool, partition: int) -> None:
+        groups = self._pending_txn.get(producer_id)
+        if not groups:
             return
-        for group_id, offsets in groups.items():
-            records = [
-                (encode_offset_key(OffsetKey(group_id, topic, partition)), encode_offset_value(value))
-                for (topic, partition), value in offsets.items()
-            ]
-            if self._persist(group_id, records, offsets=True) is not None:
-                continue  # _persist logged it
-            self.groups.setdefault(group_id, ClassicGroup(group_id))
-            self.offsets.setdefault(group_id, {}).update(offsets)
+        for group_id in [g for g in groups if self._store.partition_for(g) == partition]:
+            offsets = groups.pop(group_id)
+            if commit:
+                self._materialise(group_id, offsets)
+        if not groups:
+            del self._pending_txn[producer_id]
+
+    def _materialise(self, group_id: str, offsets: Mapping[tuple[str, int], tuple[OffsetValue, int]]) -> None:
+        self.groups.setdefault(group_id, ClassicGroup(group_id))
+        stored = self.offsets.setdefault(group_id, {})
+        for (topic, partition), (value, position) in offsets.items():
+            key = (group_id, topic, partition)
+            # A plain commit logged after the transactional one is more recent: keep it (Kafka's rule).
+            if self._offset_positions.get(key, -1) < position or (topic, partition) not in stored:
+                stored[(topic, partition)] = value
+                self._offset_positions[key] = position
 
     # ==================================================================== admin
 
@@ -1052,11 +1121,14 @@ class GroupCoordinator:
         try:
             self._store.append(group_id, records)
         except LogError as exc:
-            log.error("group %s: appending to __consumer_offsets failed: %s", group_id, exc)
-            if exc.code == MESSAGE_TOO_LARGE:
-                return ErrorCode.invalid_commit_offset_size if offsets else ErrorCode.unknown_server_error
-            return ErrorCode.coordinator_not_available
+            return self._append_error(group_id, exc, offsets=offsets)
         return None
+
+    def _append_error(self, group_id: str, exc: LogError, *, offsets: bool) -> ErrorCode:
+        log.error("group %s: appending to __consumer_offsets failed: %s", group_id, exc)
+        if exc.code == MESSAGE_TOO_LARGE:
+            return ErrorCode.invalid_commit_offset_size if offsets else ErrorCode.unknown_server_error
+        return ErrorCode.coordinator_not_available
 
 
 def _inconsistent(requested: str | None, current: str | None) -> bool:

@@ -8,16 +8,29 @@ from the start and yields the records in order; the coordinator keeps the last
 value per key, which is what compaction would leave.  The log does not compact
 (yet): the topic grows with every commit, and retention is switched off for it
 so that no committed offset is ever deleted.
+
+Transactional offset commits (TxnOffsetCommit) are appended as Kafka's group
+coordinator writes them: the same key/value records in a *transactional*
+batch carrying the producer id and epoch (no sequence), which the transaction's
+COMMIT/ABORT marker, written to the same partition, later closes.
+:meth:`OffsetsTopic.replay_entries` yields those markers too, with each
+record's offset, so the coordinator can rebuild pending transactional offsets.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Sequence
-from typing import Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
-from kafkakit.broker.log import PartitionLog
-from kafkakit.records import decode_batch, encode_batch
+from kafkakit.broker.log import BatchHeader, PartitionLog
+from kafkakit.errors import CorruptRecordError
+from kafkakit.records import CONTROL_COMMIT, decode_batch, encode_batch, read_control_type
+
+if TYPE_CHECKING:
+    from kafkakit.broker.producer_state import ProducerStateRegistry
 
 from .group_records import partition_for_group
 
@@ -49,40 +62,124 @@ class OffsetsTopicHost(Protocol):
 
 
 CoordinatorRecord = tuple[bytes, bytes | None]  # (key, value); a None value is a tombstone
+NO_PRODUCER_ID = -1
+COORDINATOR_SEQUENCE = 0
+_log = logging.getLogger("kafkakit.broker.groups")
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """A replayed record: where it is stored and, for a transactional one, its producer id."""
+
+    partition: int
+    offset: int
+    key: bytes
+    value: bytes | None
+    producer_id: int = NO_PRODUCER_ID  # >= 0 only in a transactional batch
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMarker:
+    """A replayed COMMIT/ABORT marker that ends ``producer_id``'s transaction in ``partition``."""
+
+    partition: int
+    offset: int
+    producer_id: int
+    commit: bool
 
 
 class OffsetsTopic:
     """Appends coordinator records for a group and replays the whole topic."""
 
-    def __init__(self, host: OffsetsTopicHost, default_partitions: int) -> None:
+    def __init__(
+        self,
+        host: OffsetsTopicHost,
+        default_partitions: int,
+        producer_states: ProducerStateRegistry | None = None,
+    ) -> None:
         self._host = host
         self._default_partitions = default_partitions
+        self._producer_states = producer_states
 
     def partition_for(self, group_id: str) -> int:
         """The partition holding ``group_id``'s records (Kafka's rule, over the topic's actual size)."""
         count = self._host.offsets_topic_partitions() or self._default_partitions
         return partition_for_group(group_id, count)
 
-    def append(self, group_id: str, records: Sequence[CoordinatorRecord]) -> None:
-        """Append ``records`` as one batch; raises :class:`~kafkakit.broker.log.LogError` on failure."""
+    def append(self, group_id: str, records: Sequence[CoordinatorRecord]) -> int:
+        """Append ``records`` as one batch; its base offset (-1 when empty).
+
+        Raises :class:`~kafkakit.broker.log.LogError` on failure.
+        """
         if not records:
-            return
+            return -1
         partition = self.partition_for(group_id)
         log = self._host.offsets_topic_log(partition)
         now = time.time_ns() // 1_000_000
-        log.append(encode_batch([(key, value, now, ()) for key, value in records]))
+        result = log.append(encode_batch([(key, value, now, ()) for key, value in records]))
         self._host.notify_append(OFFSETS_TOPIC, partition)
+        return result.base_offset
+
+    def append_transactional(
+        self, group_id: str, records: Sequence[CoordinatorRecord], producer_id: int, producer_epoch: int
+    ) -> int:
+        """Append ``records`` as a transactional batch of ``producer_id``; its base offset.
+
+        Kafka's coordinator writes such batches without a sequence (-1); the
+        log here applies the client rules (a producer id needs a sequence) to
+        every batch, so they carry sequence 0, which no reader of the topic
+        uses.  The partition's producer state learns of the open transaction
+        (its LSO), which the marker closes.  Raises
+        :class:`~kafkakit.broker.log.LogError`.
+        """
+        partition = self.partition_for(group_id)
+        log = self._host.offsets_topic_log(partition)
+        now = time.time_ns() // 1_000_000
+        batch = encode_batch(
+            [(key, value, now, ()) for key, value in records],
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=COORDINATOR_SEQUENCE,
+            transactional=True,
+        )
+        result = log.append(batch)
+        if self._producer_states is not None:
+            self._producer_states.for_log(log).record(result.batches)
+        self._host.notify_append(OFFSETS_TOPIC, partition)
+        return result.base_offset
 
     def replay(self) -> Iterator[tuple[bytes, bytes | None]]:
-        """Every (key, value) stored in the topic, partition by partition, oldest first."""
+        """Every non-transactional (key, value) stored in the topic, partition by partition, oldest first."""
+        for entry in self.replay_entries():
+            if isinstance(entry, StoredRecord) and entry.producer_id == NO_PRODUCER_ID:
+                yield entry.key, entry.value
+
+    def replay_entries(self) -> Iterator[StoredRecord | StoredMarker]:
+        """Every record and transaction marker stored in the topic, partition by partition, in log order."""
         count = self._host.offsets_topic_partitions()
         if count is None:
             return
         for partition in range(count):
             log = self._host.offsets_topic_log(partition)
             for header, data in log.iter_batches():
+                raw = data.read_bytes()
                 if header.is_control:
+                    if header.producer_id >= 0:
+                        yield StoredMarker(
+                            partition, header.base_offset, header.producer_id, _is_commit(raw, header)
+                        )
                     continue
-                for record in decode_batch(data.read_bytes(), 0, header, OFFSETS_TOPIC, partition):
+                producer_id = header.producer_id if header.is_transactional else NO_PRODUCER_ID
+                for record in decode_batch(raw, 0, header, OFFSETS_TOPIC, partition):
                     if record.key is not None:
-                        yield bytes(record.key), None if record.value is None else bytes(record.value)
+                        value = None if record.value is None else bytes(record.value)
+                        yield StoredRecord(partition, record.offset, bytes(record.key), value, producer_id)
+
+
+def _is_commit(raw: bytes, header: BatchHeader) -> bool:
+    """Whether a stored marker is COMMIT; an unreadable one counts as ABORT (drops the offsets)."""
+    try:
+        return read_control_type(raw, 0, header) == CONTROL_COMMIT
+    except (CorruptRecordError, ValueError, IndexError) as exc:
+        _log.warning("unreadable transaction marker in %s treated as ABORT: %s", OFFSETS_TOPIC, exc)
+        return False

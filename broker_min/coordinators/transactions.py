@@ -1,20 +1,35 @@
-"""The transaction coordinator (transaction version 1): Kafka's ``TransactionCoordinator`` on one node.
+"""The transaction coordinator: Kafka's ``TransactionCoordinator`` on one node, transaction versions 1 and 2.
 
 Per transactional id it keeps a producer id, an epoch, the timeout and the
 state machine Empty -> Ongoing -> PrepareCommit/PrepareAbort ->
 CompleteCommit/CompleteAbort, logged to the internal topic
-``__transaction_state`` in Kafka's record format (:mod:`.txn_records`) and
-replayed on start-up.  Every partition lives on this node, so ending a
-transaction runs to completion inside one call: log PrepareX, write the
-COMMIT/ABORT control batch to every partition in the transaction (and to the
-group's ``__consumer_offsets`` partition), apply or drop the pending
-transactional offsets, log CompleteX.  A crash between the two log writes
-leaves PrepareX, which :meth:`TransactionCoordinator.load` completes (markers
-are idempotent for readers: a second marker closes nothing).
+``__transaction_state`` in Kafka's record format (:mod:`.txn_records`;
+TransactionLogValue v1 when transaction version 2 is enabled, as Kafka 4.x
+writes it) and replayed on start-up.  Ending a transaction logs PrepareX, writes the
+COMMIT/ABORT marker to every partition in the transaction, and logs CompleteX.
+A marker for the group's ``__consumer_offsets`` partition is what turns the
+transaction's offsets (logged by TxnOffsetCommit as a transactional batch)
+into committed offsets, live and on replay.  A crash after PrepareX leaves it
+in the log, and :meth:`TransactionCoordinator.load` writes the markers again
+(a second marker closes nothing).
 
-Limits (logged, never silent): pending transactional offsets live in memory,
-so a transaction that had offsets and was still Ongoing when the broker
-stopped is aborted on start-up (with an epoch bump, as a timeout would).
+Markers that cannot be written (an I/O error) are retried with exponential
+backoff, as Kafka's ``TransactionMarkerChannelManager`` does, and the
+transaction stays in PrepareX meanwhile (requests get CONCURRENT_TRANSACTIONS);
+a partition that no longer exists is skipped, as Kafka skips partitions
+without a leader.
+
+Transaction version 2 (KIP-890) is chosen per request, as Kafka does: Produce
+v12+ and TxnOffsetCommit v5+ add their partition to the transaction
+implicitly, and EndTxn v5+ bumps the epoch on every commit or abort (markers
+carry the new epoch) and returns the new producer id and epoch; a retry with
+the previous epoch after completion succeeds.
+
+Epochs (KIP-360/KIP-588): a fence (a timeout, or a new instance finding an
+open transaction) bumps the epoch and remembers the old one as the *last*
+epoch, so the fenced producer's InitProducerId with its (id, epoch) recovers
+the current epoch instead of being fenced; a new instance (no id presented)
+clears it.
 """
 
 from __future__ import annotations
@@ -30,6 +45,7 @@ from kafkakit.broker.log import LogError, PartitionLog
 from kafkakit.records import build_control_batch, decode_batch, encode_batch
 from kio.schema.errors import ErrorCode
 
+from .offsets_topic import OFFSETS_TOPIC
 from .txn_records import (
     TxnLogValue,
     TxnRecordError,
@@ -60,6 +76,9 @@ MAX_EPOCH = 2**15 - 1
 COORDINATOR_EPOCH = 0
 NO_PRODUCER_ID = -1
 NO_EPOCH = -1
+# Marker retry backoff (Kafka retries every few hundred ms until it succeeds).
+MARKER_RETRY_INITIAL_MS = 100
+MARKER_RETRY_MAX_MS = 5_000
 
 
 class TxnState(enum.IntEnum):
@@ -76,6 +95,7 @@ class TxnState(enum.IntEnum):
 
 
 _PREPARING = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+_COMPLETE = (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
 _STATE_NAMES = {
     TxnState.EMPTY: "Empty",
     TxnState.ONGOING: "Ongoing",
@@ -94,12 +114,39 @@ def state_name(state: TxnState) -> str:
     return _STATE_NAMES[state]
 
 
+def is_epoch_exhausted(epoch: int) -> bool:
+    """Kafka never hands out epoch 32767, so the coordinator can always fence once more."""
+    return epoch >= MAX_EPOCH - 1
+
+
 class TxnError(Exception):
     """A request refused with a Kafka error code."""
 
     def __init__(self, code: ErrorCode, message: str = "") -> None:
         super().__init__(message or code.name)
         self.code = code
+
+
+class ImplicitAdd(enum.Enum):
+    """How a Produce/TxnOffsetCommit treats a partition not in the transaction (Kafka's
+    ``TransactionSupportedOperation``, chosen by the request version)."""
+
+    REFUSE = "INVALID_TXN_STATE"  # older clients
+    ABORTABLE = "TRANSACTION_ABORTABLE"  # Produce v11, TxnOffsetCommit v4 (KIP-890 part 1)
+    ADD = "add"  # Produce v12+, TxnOffsetCommit v5+ (transaction version 2)
+
+
+@dataclass(slots=True)
+class MarkerJob:
+    """Markers still to write for a transaction in PrepareX (retried until written)."""
+
+    commit: bool
+    producer_id: int
+    epoch: int
+    remaining: set[tuple[str, int]]
+    next_producer_id: int = NO_PRODUCER_ID  # TV2 epoch overflow: the id the producer gets afterwards
+    backoff_ms: int = MARKER_RETRY_INITIAL_MS
+    next_attempt_ms: int = 0
 
 
 @dataclass(slots=True)
@@ -114,6 +161,28 @@ class TransactionMetadata:
     partitions: set[tuple[str, int]] = field(default_factory=set)
     start_ms: int = -1
     last_update_ms: int = -1
+    # The epoch before the last bump that a producer may still present (KIP-360 retries/recovery).
+    last_producer_epoch: int = NO_EPOCH
+    previous_producer_id: int = NO_PRODUCER_ID
+    # Kafka's ClientTransactionVersion: 2 once the client used transaction version 2 requests, else 0.
+    client_transaction_version: int = 0
+    markers: MarkerJob | None = None
+
+    def snapshot(self) -> tuple[object, ...]:
+        """The mutable fields, to undo a transition whose logging failed (see :meth:`restore`)."""
+        return (
+            self.producer_id, self.producer_epoch, self.timeout_ms, self.state, set(self.partitions),
+            self.start_ms, self.last_update_ms, self.last_producer_epoch, self.previous_producer_id,
+            self.client_transaction_version,
+        )  # fmt: skip
+
+    def restore(self, snapshot: tuple[object, ...]) -> None:
+        """Undo to a :meth:`snapshot` (the producer id index is the caller's)."""
+        (
+            self.producer_id, self.producer_epoch, self.timeout_ms, self.state, self.partitions,
+            self.start_ms, self.last_update_ms, self.last_producer_epoch, self.previous_producer_id,
+            self.client_transaction_version,
+        ) = snapshot  # type: ignore[assignment]  # fmt: skip
 
     def to_log(self) -> TxnLogValue:
         """The logged form."""
@@ -125,6 +194,11 @@ class TransactionMetadata:
             partition_pairs(self.partitions),
             self.last_update_ms,
             self.start_ms,
+            self.previous_producer_id,
+            self.markers.next_producer_id
+            if self.markers is not None and self.state in _PREPARING
+            else NO_PRODUCER_ID,
+            self.client_transaction_version,
         )
 
 
@@ -162,21 +236,23 @@ class TransactionCoordinator:
         producer_states: ProducerStateRegistry,
         groups: GroupCoordinator,
         default_partitions: int = 1,
+        log_value_version: int = 0,
     ) -> None:
         self._host = host
+        # TransactionLogValue version to write: Kafka writes v1 once transaction version 2 is enabled.
+        self._log_value_version = log_value_version
         self._producer_ids = producer_ids
         self._producer_states = producer_states
         self._groups = groups
         self._default_partitions = default_partitions
         self.transactions: dict[str, TransactionMetadata] = {}
         self._by_producer: dict[int, TransactionMetadata] = {}
-        # Groups whose offsets each ongoing transaction (by producer id) will commit.
-        self._groups_in_txn: dict[int, set[str]] = {}
 
     # ================================================================ load
 
     def load(self) -> None:
         """Replay ``__transaction_state``; finish transactions a crash left in PrepareX."""
+        next_ids: dict[str, int] = {}  # a TV2 epoch overflow's next producer id, logged with PrepareX
         for transactional_id, value in self._replay():
             if value is None:
                 self._forget(transactional_id)
@@ -190,26 +266,20 @@ class TransactionCoordinator:
                 set(value.partitions),
                 value.start_ms,
                 value.last_update_ms,
+                previous_producer_id=value.previous_producer_id,
+                client_transaction_version=value.client_transaction_version,
             )
             self._index(meta)
+            next_ids[transactional_id] = value.next_producer_id
         for meta in list(self.transactions.values()):
             if meta.state in _PREPARING:
                 log.info(
                     "transaction %s: completing %s after restart", meta.transactional_id, meta.state.name
                 )
-                self._write_markers_and_complete(meta, meta.state == TxnState.PREPARE_COMMIT)
-            elif meta.state == TxnState.ONGOING and self._has_offsets_partition(meta):
-                log.warning(
-                    "transaction %s: aborting an ongoing transaction with offset commits "
-                    "(pending transactional offsets do not survive a restart)",
-                    meta.transactional_id,
-                )
-                self._abort_with_epoch_bump(meta)
+                commit = meta.state == TxnState.PREPARE_COMMIT
+                self._start_markers(meta, commit, next_ids.get(meta.transactional_id, NO_PRODUCER_ID))
         if self.transactions:
             log.info("loaded %d transactional id(s)", len(self.transactions))
-
-    def _has_offsets_partition(self, meta: TransactionMetadata) -> bool:
-        return any(topic == "__consumer_offsets" for topic, _ in meta.partitions)
 
     def _replay(self) -> Iterator[tuple[str, TxnLogValue | None]]:
         count = self._host.transaction_topic_partitions()
@@ -245,16 +315,31 @@ class TransactionCoordinator:
         if old is not None and self._by_producer.get(old.producer_id) is old:
             del self._by_producer[old.producer_id]
 
+    def _set_producer_id(self, meta: TransactionMetadata, producer_id: int) -> None:
+        if self._by_producer.get(meta.producer_id) is meta:
+            del self._by_producer[meta.producer_id]
+        meta.previous_producer_id = meta.producer_id
+        meta.producer_id = producer_id
+        meta.producer_epoch = 0
+        self._by_producer[producer_id] = meta
+
     # ================================================================ InitProducerId
 
     def init_producer_id(
         self, transactional_id: str, timeout_ms: int, producer_id: int = NO_PRODUCER_ID, epoch: int = NO_EPOCH
     ) -> tuple[int, int]:
-        """(producer id, epoch) for a transactional producer; aborts its open transaction (fencing).
+        """(producer id, epoch) for a transactional producer (Kafka's ``handleInitProducerId``).
+
+        Without a presented (id, epoch) it is a new instance: any open
+        transaction is aborted and the epoch bumped past it, fencing older
+        instances.  With one (InitProducerId v3+, KIP-360) the current
+        producer recovers: its epoch is bumped, or, when it presents the epoch
+        a fence or an earlier bump replaced, the current epoch comes back
+        unchanged; anything else is PRODUCER_FENCED.
 
         Raises :class:`TxnError`: INVALID_REQUEST for an empty id,
-        INVALID_TRANSACTION_TIMEOUT, CONCURRENT_TRANSACTIONS, PRODUCER_FENCED
-        when a presented (id, epoch) is not the current one.
+        INVALID_TRANSACTION_TIMEOUT, CONCURRENT_TRANSACTIONS while markers are
+        being written, PRODUCER_FENCED.
         """
         if not transactional_id:
             raise TxnError(ErrorCode.invalid_request, "empty transactional id")
@@ -264,6 +349,7 @@ class TransactionCoordinator:
                 f"transaction timeout {timeout_ms} ms is not in (0, {MAX_TRANSACTION_TIMEOUT_MS}]",
             )
         now = _now_ms()
+        expected = producer_id >= 0 and epoch >= 0
         meta = self.transactions.get(transactional_id)
         if meta is None:
             meta = TransactionMetadata(transactional_id, self._producer_ids.allocate(), 0, timeout_ms)
@@ -273,45 +359,53 @@ class TransactionCoordinator:
             return meta.producer_id, meta.producer_epoch
         if meta.state in _PREPARING:
             raise TxnError(ErrorCode.concurrent_transactions)
-        if producer_id != NO_PRODUCER_ID and (producer_id, epoch) != (meta.producer_id, meta.producer_epoch):
+        if expected and not (
+            producer_id == meta.producer_id
+            or (producer_id == meta.previous_producer_id and is_epoch_exhausted(epoch))
+        ):
             raise TxnError(
-                ErrorCode.producer_fenced, f"{transactional_id}: ({producer_id}, {epoch}) is not current"
+                ErrorCode.producer_fenced, f"{transactional_id}: producer {producer_id} is not current"
             )
         if meta.state == TxnState.ONGOING:
-            log.info("transaction %s: a new producer instance aborts the open transaction", transactional_id)
-            self._abort_with_epoch_bump(meta)
-            meta.timeout_ms = timeout_ms
-            meta.last_update_ms = now
-            self._persist(meta)
-            return meta.producer_id, meta.producer_epoch
-        self._bump_epoch(meta)
+            log.info("transaction %s: InitProducerId aborts the open transaction", transactional_id)
+            self._fence_and_abort(meta)
+            if meta.state in _PREPARING:  # a marker could not be written yet: retry later
+                raise TxnError(ErrorCode.concurrent_transactions)
+        before = meta.snapshot()
+        if is_epoch_exhausted(meta.producer_epoch) and (not expected or epoch == meta.producer_epoch):
+            last = meta.producer_epoch if expected else NO_EPOCH
+            self._set_producer_id(meta, self._producer_ids.allocate())
+            meta.last_producer_epoch = last
+        elif not expected:
+            meta.producer_epoch += 1
+            meta.last_producer_epoch = NO_EPOCH
+        elif epoch == meta.producer_epoch:
+            meta.last_producer_epoch = meta.producer_epoch
+            meta.producer_epoch += 1
+        elif epoch != meta.last_producer_epoch:
+            raise TxnError(
+                ErrorCode.producer_fenced,
+                f"{transactional_id}: epoch {epoch} is neither the current epoch {meta.producer_epoch} "
+                f"nor the last one {meta.last_producer_epoch}",
+            )
+        # else: a retry of a bump (or a fenced producer recovering): the current epoch, unchanged.
         meta.timeout_ms = timeout_ms
         meta.state = TxnState.EMPTY
         meta.partitions = set()
+        meta.start_ms = -1
         meta.last_update_ms = now
-        self._persist(meta)
+        self._persist_or_restore(meta, before)
         return meta.producer_id, meta.producer_epoch
 
-    def _bump_epoch(self, meta: TransactionMetadata) -> None:
-        if meta.producer_epoch + 1 >= MAX_EPOCH:
-            if self._by_producer.get(meta.producer_id) is meta:
-                del self._by_producer[meta.producer_id]
-            meta.producer_id = self._producer_ids.allocate()
-            meta.producer_epoch = 0
-            self._by_producer[meta.producer_id] = meta
-        else:
-            meta.producer_epoch += 1
-
-    def _abort_with_epoch_bump(self, meta: TransactionMetadata) -> None:
-        """Fence the current producer (epoch + 1) and abort its transaction with the new epoch."""
-        old_id, old_epoch = meta.producer_id, meta.producer_epoch
-        self._bump_epoch(meta)
+    def _fence_and_abort(self, meta: TransactionMetadata) -> None:
+        """Kafka's epoch fence: epoch + 1 (the old one remembered), then abort with the new epoch."""
+        before = meta.snapshot()
+        meta.last_producer_epoch = meta.producer_epoch
+        meta.producer_epoch += 1  # may reach MAX_EPOCH: the next InitProducerId rotates the id
         meta.state = TxnState.PREPARE_ABORT
         meta.last_update_ms = _now_ms()
-        self._persist(meta)
-        # Markers carry the producer id whose data they close (a new id after epoch exhaustion).
-        marker_epoch = meta.producer_epoch if meta.producer_id == old_id else old_epoch
-        self._write_markers_and_complete(meta, False, old_id, marker_epoch)
+        self._persist_or_restore(meta, before)
+        self._start_markers(meta, False)
 
     # ================================================================ adding to a transaction
 
@@ -334,72 +428,125 @@ class TransactionCoordinator:
         self, transactional_id: str, producer_id: int, epoch: int, partitions: Iterable[tuple[str, int]]
     ) -> None:
         """AddPartitionsToTxn for partitions that exist (the caller checks them); raises :class:`TxnError`."""
-        meta = self._current(transactional_id, producer_id, epoch)
-        wanted = set(partitions)
+        self._add(self._current(transactional_id, producer_id, epoch), set(partitions), 0)
+
+    def _add(self, meta: TransactionMetadata, wanted: set[tuple[str, int]], client_version: int) -> None:
         if meta.state == TxnState.ONGOING and wanted <= meta.partitions:
             return
         now = _now_ms()
+        before = meta.snapshot()
+        meta.client_transaction_version = client_version
         if meta.state != TxnState.ONGOING:
             meta.partitions = set()
             meta.start_ms = now
-            self._groups_in_txn.pop(meta.producer_id, None)
         meta.partitions |= wanted
         meta.state = TxnState.ONGOING
         meta.last_update_ms = now
-        self._persist(meta)
+        self._persist_or_restore(meta, before)
 
     def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> None:
         """AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the transaction."""
         self.add_partitions(
             transactional_id, producer_id, epoch, [self._host.offsets_partition_for(group_id)]
         )
-        self._groups_in_txn.setdefault(producer_id, set()).add(group_id)
 
-    def check_offset_commit(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> None:
-        """TxnOffsetCommit is allowed only inside an ongoing transaction that added the group."""
+    def check_offset_commit(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        implicit: ImplicitAdd = ImplicitAdd.REFUSE,
+    ) -> None:
+        """TxnOffsetCommit needs the group's offsets partition in the ongoing transaction.
+
+        Kafka verifies the partition with the coordinator; TxnOffsetCommit v5
+        (transaction version 2) adds it instead.  Raises :class:`TxnError`.
+        """
         meta = self.transactions.get(transactional_id)
         if meta is None or meta.producer_id != producer_id:
             raise TxnError(ErrorCode.invalid_producer_id_mapping)
         if epoch != meta.producer_epoch:
             raise TxnError(ErrorCode.invalid_producer_epoch)
-        if meta.state != TxnState.ONGOING or group_id not in self._groups_in_txn.get(producer_id, ()):
-            raise TxnError(
-                ErrorCode.invalid_txn_state, f"{transactional_id}: group {group_id} not in the transaction"
-            )
+        if meta.state in _PREPARING:
+            raise TxnError(ErrorCode.concurrent_transactions)
+        offsets_partition = self._host.offsets_partition_for(group_id)
+        if meta.state == TxnState.ONGOING and offsets_partition in meta.partitions:
+            return
+        if implicit is ImplicitAdd.ADD:
+            self._add(meta, {offsets_partition}, 2)
+            return
+        code = (
+            ErrorCode.transaction_abortable
+            if implicit is ImplicitAdd.ABORTABLE
+            else ErrorCode.invalid_txn_state
+        )
+        raise TxnError(code, f"{transactional_id}: group {group_id}'s offsets are not in the transaction")
 
-    def check_produce(self, producer_id: int, epoch: int, topic: str, partition: int) -> ErrorCode | None:
-        """Why a transactional batch may not be appended to ``topic``-``partition``, or None."""
+    def check_produce(
+        self,
+        producer_id: int,
+        epoch: int,
+        topic: str,
+        partition: int,
+        implicit: ImplicitAdd = ImplicitAdd.REFUSE,
+    ) -> ErrorCode | None:
+        """Why a transactional batch may not be appended to ``topic``-``partition``, or None.
+
+        Kafka's produce-side verification: an unknown producer is
+        INVALID_PRODUCER_ID_MAPPING, another epoch INVALID_PRODUCER_EPOCH, a
+        transaction whose markers are being written NOT_ENOUGH_REPLICAS (which
+        every producer retries); a partition not in the transaction is added
+        (Produce v12+), TRANSACTION_ABORTABLE (v11) or INVALID_TXN_STATE.
+        """
         meta = self._by_producer.get(producer_id)
         if meta is None:
             return ErrorCode.invalid_producer_id_mapping
-        if epoch < meta.producer_epoch:
+        if epoch != meta.producer_epoch:
             return ErrorCode.invalid_producer_epoch
-        if (
-            epoch > meta.producer_epoch
-            or meta.state != TxnState.ONGOING
-            or (topic, partition) not in meta.partitions
-        ):
-            return ErrorCode.invalid_txn_state
-        return None
+        if meta.state in _PREPARING:
+            return ErrorCode.not_enough_replicas
+        if meta.state == TxnState.ONGOING and (topic, partition) in meta.partitions:
+            return None
+        if implicit is ImplicitAdd.ADD:
+            try:
+                self._add(meta, {(topic, partition)}, 2)
+            except TxnError as exc:
+                return exc.code
+            return None
+        return (
+            ErrorCode.transaction_abortable
+            if implicit is ImplicitAdd.ABORTABLE
+            else ErrorCode.invalid_txn_state
+        )
 
     # ================================================================ EndTxn
 
-    def end_transaction(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
-        """Commit or abort; returns when every marker is written.  Raises :class:`TxnError`."""
+    def end_transaction(
+        self, transactional_id: str, producer_id: int, epoch: int, commit: bool, bump_epoch: bool = False
+    ) -> tuple[int, int]:
+        """Commit or abort; the producer id and epoch to use next.  Raises :class:`TxnError`.
+
+        ``bump_epoch`` is transaction version 2 (EndTxn v5+).  Returns once
+        PrepareX is logged and every marker that can be written is; markers
+        that failed are retried in the background (the transaction stays in
+        PrepareX), as Kafka answers before its markers are written.
+        """
         meta = self.transactions.get(transactional_id)
+        if bump_epoch:
+            return self._end_v2(transactional_id, meta, producer_id, epoch, commit)
         if meta is None or meta.producer_id != producer_id:
             raise TxnError(ErrorCode.invalid_producer_id_mapping)
         if meta.producer_epoch != epoch:
             raise TxnError(ErrorCode.producer_fenced)
         state = meta.state
         if state == TxnState.ONGOING:
-            meta.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-            meta.last_update_ms = _now_ms()
-            self._persist(meta)
-            self._write_markers_and_complete(meta, commit)
-            return
+            before = meta.snapshot()
+            meta.client_transaction_version = 0
+            self._prepare(meta, commit, NO_PRODUCER_ID, before)
+            return meta.producer_id, meta.producer_epoch
         if (state, commit) in ((TxnState.COMPLETE_COMMIT, True), (TxnState.COMPLETE_ABORT, False)):
-            return  # a retry of an EndTxn that already completed
+            return meta.producer_id, meta.producer_epoch  # a retry of an EndTxn that already completed
         if (state, commit) in ((TxnState.PREPARE_COMMIT, True), (TxnState.PREPARE_ABORT, False)):
             raise TxnError(ErrorCode.concurrent_transactions)
         raise TxnError(
@@ -407,52 +554,161 @@ class TransactionCoordinator:
             f"{transactional_id}: cannot {'commit' if commit else 'abort'} in state {state.name}",
         )
 
-    def _write_markers_and_complete(
+    def _end_v2(
         self,
-        meta: TransactionMetadata,
+        transactional_id: str,
+        meta: TransactionMetadata | None,
+        producer_id: int,
+        epoch: int,
         commit: bool,
-        producer_id: int | None = None,
-        epoch: int | None = None,
+    ) -> tuple[int, int]:
+        """EndTxn v5+: every commit/abort bumps the epoch; the previous epoch may retry a completed one."""
+        if meta is None:
+            raise TxnError(ErrorCode.invalid_producer_id_mapping)
+        state = meta.state
+        # A retry whose transaction rolled the producer id over (epoch exhausted) on completion.
+        overflow_retry = (
+            producer_id == meta.previous_producer_id
+            and producer_id != meta.producer_id
+            and meta.producer_epoch == 0
+            and is_epoch_exhausted(epoch)
+            and state in _COMPLETE
+        )
+        if meta.producer_id != producer_id and not overflow_retry:
+            raise TxnError(ErrorCode.invalid_producer_id_mapping)
+        is_retry = overflow_retry or (
+            state not in (TxnState.ONGOING, TxnState.EMPTY) and epoch == meta.producer_epoch - 1
+        )
+        matches = (state in (TxnState.COMPLETE_COMMIT, TxnState.PREPARE_COMMIT)) == commit
+        if is_retry:
+            if not matches:
+                raise TxnError(ErrorCode.invalid_txn_state, f"{transactional_id}: retry of the other outcome")
+            if state in _PREPARING:
+                raise TxnError(ErrorCode.concurrent_transactions)
+            return meta.producer_id, meta.producer_epoch
+        if epoch != meta.producer_epoch:
+            raise TxnError(
+                ErrorCode.producer_fenced,
+                f"{transactional_id}: epoch {epoch} is not the current epoch {meta.producer_epoch}",
+            )
+        if state in _PREPARING:
+            raise TxnError(ErrorCode.concurrent_transactions)
+        if state != TxnState.ONGOING and commit:
+            raise TxnError(ErrorCode.invalid_txn_state, f"{transactional_id}: no transaction to commit")
+        # Ongoing, or an abort without a transaction (Empty/Complete): both bump the epoch.
+        before = meta.snapshot()
+        if state != TxnState.ONGOING:
+            meta.partitions = set()
+        next_id = self._producer_ids.allocate() if is_epoch_exhausted(meta.producer_epoch) else NO_PRODUCER_ID
+        meta.last_producer_epoch = meta.producer_epoch
+        meta.producer_epoch += 1
+        meta.client_transaction_version = 2
+        self._prepare(meta, commit, next_id, before)
+        if meta.markers is not None and meta.markers.next_producer_id != NO_PRODUCER_ID:
+            return meta.markers.next_producer_id, 0
+        return meta.producer_id, meta.producer_epoch
+
+    def _prepare(
+        self, meta: TransactionMetadata, commit: bool, next_producer_id: int, before: tuple[object, ...]
     ) -> None:
-        now = _now_ms()
-        producer_id = meta.producer_id if producer_id is None else producer_id
-        epoch = meta.producer_epoch if epoch is None else epoch
-        marker = build_control_batch(producer_id, epoch, commit, COORDINATOR_EPOCH, now)
-        for topic, partition in sorted(meta.partitions):
-            self._write_marker(topic, partition, marker, producer_id, commit)
-        groups = self._groups_in_txn.pop(producer_id, set())
-        self._groups.complete_transactional_offsets(producer_id, commit)
-        if groups and not commit:
-            log.info("transaction %s: dropped offsets of group(s) %s", meta.transactional_id, sorted(groups))
-        meta.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-        meta.partitions = set()
+        meta.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         meta.last_update_ms = _now_ms()
-        self._persist(meta)
+        # The job exists before PrepareX is logged: the record carries its next producer id.
+        meta.markers = self._marker_job(meta, commit, next_producer_id)
+        try:
+            self._persist_or_restore(meta, before)
+        except TxnError:
+            meta.markers = None
+            raise
+        self._attempt_markers(meta, _now_ms())
+
+    # ================================================================ markers
+
+    def _start_markers(
+        self, meta: TransactionMetadata, commit: bool, next_producer_id: int = NO_PRODUCER_ID
+    ) -> None:
+        """Write the markers of a transaction in PrepareX now; what fails is retried later."""
+        meta.markers = self._marker_job(meta, commit, next_producer_id)
+        self._attempt_markers(meta, _now_ms())
+
+    @staticmethod
+    def _marker_job(meta: TransactionMetadata, commit: bool, next_producer_id: int) -> MarkerJob:
+        return MarkerJob(
+            commit, meta.producer_id, meta.producer_epoch, set(meta.partitions), next_producer_id
+        )
+
+    def _attempt_markers(self, meta: TransactionMetadata, now: int) -> None:
+        job = meta.markers
+        assert job is not None
+        marker = build_control_batch(job.producer_id, job.epoch, job.commit, COORDINATOR_EPOCH, now)
+        for topic, partition in sorted(job.remaining):
+            if self._write_marker(topic, partition, marker, job.producer_id, job.commit):
+                job.remaining.discard((topic, partition))
+        if not job.remaining and self._complete(meta, job):
+            meta.markers = None
+            return
+        job.next_attempt_ms = now + job.backoff_ms
+        log.warning(
+            "transaction %s: %d marker(s) not written yet (%s); retrying in %d ms",
+            meta.transactional_id,
+            len(job.remaining),
+            ", ".join(f"{t}-{p}" for t, p in sorted(job.remaining)) or "completion not logged",
+            job.backoff_ms,
+        )
+        job.backoff_ms = min(job.backoff_ms * 2, MARKER_RETRY_MAX_MS)
+
+    def _complete(self, meta: TransactionMetadata, job: MarkerJob) -> bool:
+        """Log CompleteX (rolling the producer id over after a TV2 epoch overflow); False if logging failed."""
+        before = meta.snapshot()
+        meta.state = TxnState.COMPLETE_COMMIT if job.commit else TxnState.COMPLETE_ABORT
+        meta.partitions = set()
+        if job.next_producer_id != NO_PRODUCER_ID:
+            self._set_producer_id(meta, job.next_producer_id)
+        meta.last_update_ms = _now_ms()
+        try:
+            self._persist_or_restore(meta, before)
+        except TxnError:
+            return False
+        return True
+
+    def retry_markers(self, now_ms: int | None = None) -> int:
+        """Retry the markers that are due (the broker calls this periodically); how many are still pending."""
+        now = _now_ms() if now_ms is None else now_ms
+        waiting = [m for m in self.transactions.values() if m.markers is not None]
+        for meta in waiting:
+            assert meta.markers is not None
+            if meta.markers.next_attempt_ms <= now:
+                self._attempt_markers(meta, now)
+        return sum(1 for m in waiting if m.markers is not None)
 
     def _write_marker(
         self, topic: str, partition: int, marker: bytes, producer_id: int, commit: bool
-    ) -> None:
+    ) -> bool:
+        """Append one marker; False when it must be retried."""
         partition_log = self._host.partition_log(topic, partition)
         if partition_log is None:
+            # Kafka skips partitions without a leader: they were deleted.
             log.warning(
                 "transaction marker for %s-%d skipped: the partition no longer exists", topic, partition
             )
-            return
+            return True
         producer_state = self._producer_states.for_log(partition_log)
         try:
             result = partition_log.append(marker)
         except LogError as exc:
-            # Kafka retries markers forever; here the disk failed, which the log reports loudly too.
             log.error("writing a transaction marker to %s-%d failed: %s", topic, partition, exc)
-            return
+            return False
         producer_state.record(result.batches)
         producer_state.complete_transaction(producer_id, result.base_offset, commit)
         self._host.notify_append(topic, partition)
+        if topic == OFFSETS_TOPIC:
+            self._groups.complete_transactional_offsets(producer_id, commit, partition)
+        return True
 
     # ================================================================ timeouts
 
     def abort_timed_out(self, now_ms: int | None = None) -> list[str]:
-        """Abort (with an epoch bump) every Ongoing transaction older than its timeout; their ids."""
+        """Abort (with an epoch fence) every Ongoing transaction older than its timeout; their ids."""
         now = _now_ms() if now_ms is None else now_ms
         expired = [
             meta
@@ -461,7 +717,10 @@ class TransactionCoordinator:
         ]
         for meta in expired:
             log.info("transaction %s timed out after %d ms: aborting", meta.transactional_id, meta.timeout_ms)
-            self._abort_with_epoch_bump(meta)
+            try:
+                self._fence_and_abort(meta)
+            except TxnError as exc:
+                log.error("transaction %s: could not log the abort: %s", meta.transactional_id, exc)
         return [m.transactional_id for m in expired]
 
     # ================================================================ admin
@@ -485,12 +744,24 @@ class TransactionCoordinator:
 
     # ================================================================ persistence
 
+    def _persist_or_restore(self, meta: TransactionMetadata, before: tuple[object, ...]) -> None:
+        """Log ``meta``; if that fails, undo its in-memory changes too and raise :class:`TxnError`."""
+        try:
+            self._persist(meta)
+        except TxnError:
+            if self._by_producer.get(meta.producer_id) is meta:
+                del self._by_producer[meta.producer_id]
+            meta.restore(before)
+            self._by_producer[meta.producer_id] = meta
+            raise
+
     def _persist(self, meta: TransactionMetadata) -> None:
         count = self._host.transaction_topic_partitions() or self._default_partitions
         partition = partition_for_transactional_id(meta.transactional_id, count)
         txn_log = self._host.transaction_topic_log(partition)
         now = _now_ms()
-        record = (encode_txn_key(meta.transactional_id), encode_txn_value(meta.to_log()), now, ())
+        value = encode_txn_value(meta.to_log(), self._log_value_version)
+        record = (encode_txn_key(meta.transactional_id), value, now, ())
         try:
             txn_log.append(encode_batch([record]))
         except LogError as exc:

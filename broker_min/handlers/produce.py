@@ -1,4 +1,4 @@
-"""Produce (key 0): advertised as v0-11, served from v3; v0-2 get UNSUPPORTED_VERSION.
+"""Produce (key 0): advertised as v0-12, served from v3; v0-2 get UNSUPPORTED_VERSION.
 
 Kafka 4 removed Produce v0-2 (KIP-896) but keeps advertising v0, because
 librdkafka < 2.11.1 turns compression off unless it sees Produce v0.  kio has
@@ -10,10 +10,12 @@ against the partition's producer state first (see
 :mod:`kafkakit.broker.producer_state`): a retried batch is acknowledged with its
 original offsets and not appended; a fenced epoch or a sequence gap is refused.
 Batches without a producer id cost one byte comparison.  Transactional
-batches are accepted only for partitions the producer added to its ongoing
-transaction (INVALID_TXN_STATE otherwise, as Kafka's partition verification
-answers); control batches come only from the transaction coordinator
-(INVALID_RECORD from a client).
+batches are accepted only for partitions in the producer's ongoing
+transaction, as Kafka's partition verification decides by request version:
+v12+ (transaction version 2, KIP-890) adds the partition to the transaction,
+v11 answers TRANSACTION_ABORTABLE, older versions INVALID_TXN_STATE.  Control
+batches come only from the transaction coordinator (INVALID_RECORD from a
+client).
 
 Ordering: the handler appends every partition before its first ``await``
 (there is none), so requests pipelined on one connection, whose tasks start in
@@ -27,6 +29,7 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kafkakit.broker.coordinators.transactions import ImplicitAdd
 from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, CloseConnection, RawResponse, make, nested
 from kafkakit.broker.log import AppendResult, BatchHeader, LogError, PartitionLog, read_batch_header
 from kafkakit.broker.producer_state import ProducerStateError
@@ -39,6 +42,8 @@ if TYPE_CHECKING:
 
 API_KEY = 0
 FIRST_KIO_VERSION = 3
+FIRST_ABORTABLE_VERSION = 11  # KIP-890 part 1: TRANSACTION_ABORTABLE
+FIRST_IMPLICIT_ADD_VERSION = 12  # KIP-890 part 2: transaction version 2
 _UTC = datetime.UTC
 _PRODUCER_ID_AT = 43  # offset of producerId in a v2 batch
 
@@ -53,13 +58,14 @@ async def handle_produce(state: BrokerState, header: RequestHeaderInfo, request:
     partition_cls = nested(cls, "PartitionProduceResponse")
     failures: list[str] = []
     topics = []
+    implicit = _implicit_add(header.api_version)
     for topic in request.topic_data:
         partitions = []
         for data in topic.partition_data:
             if acks not in (0, 1, -1):
                 fields: dict[str, Any] = {"error_code": ErrorCode.invalid_required_acks}
             else:
-                fields = _append(state, topic.name, data.index, data.records)
+                fields = _append(state, topic.name, data.index, data.records, implicit)
             if fields["error_code"] != ErrorCode.none:
                 failures.append(f"{topic.name}-{data.index}: {fields['error_code'].name}")
             partitions.append(_partition(partition_cls, data.index, fields))
@@ -71,7 +77,15 @@ async def handle_produce(state: BrokerState, header: RequestHeaderInfo, request:
     return make(cls, responses=tuple(topics), throttle_time=NO_THROTTLE)
 
 
-def _append(state: BrokerState, topic: str, partition: int, records: bytes | None) -> dict[str, Any]:
+def _implicit_add(version: int) -> ImplicitAdd:
+    if version >= FIRST_IMPLICIT_ADD_VERSION:
+        return ImplicitAdd.ADD
+    return ImplicitAdd.ABORTABLE if version >= FIRST_ABORTABLE_VERSION else ImplicitAdd.REFUSE
+
+
+def _append(
+    state: BrokerState, topic: str, partition: int, records: bytes | None, implicit: ImplicitAdd
+) -> dict[str, Any]:
     log = state.partition_log(topic, partition)
     if log is None:
         return {"error_code": ErrorCode.unknown_topic_or_partition}
@@ -80,7 +94,7 @@ def _append(state: BrokerState, topic: str, partition: int, records: bytes | Non
     # Byte 43 starts the first batch's producer id: a set bit 7 means -1, a
     # non-idempotent batch, which skips producer state entirely.
     if len(records) > _PRODUCER_ID_AT and records[_PRODUCER_ID_AT] < 0x80:
-        return _append_idempotent(state, log, records)
+        return _append_idempotent(state, log, records, implicit)
     try:
         result = log.append(records)
     except LogError as exc:
@@ -94,11 +108,13 @@ def _append(state: BrokerState, topic: str, partition: int, records: bytes | Non
     return _appended(result)
 
 
-def _append_idempotent(state: BrokerState, log: PartitionLog, records: bytes) -> dict[str, Any]:
+def _append_idempotent(
+    state: BrokerState, log: PartitionLog, records: bytes, implicit: ImplicitAdd
+) -> dict[str, Any]:
     """Append with producer epoch/sequence checks; a duplicate gets its original offsets."""
     producer_state = state.producer_states.for_log(log)
     headers = _batch_headers(records)
-    refused = _transaction_problem(state, log, headers)
+    refused = _transaction_problem(state, log, headers, implicit)
     if refused is not None:
         return refused
     try:
@@ -122,7 +138,7 @@ def _append_idempotent(state: BrokerState, log: PartitionLog, records: bytes) ->
 
 
 def _transaction_problem(
-    state: BrokerState, log: PartitionLog, headers: list[BatchHeader]
+    state: BrokerState, log: PartitionLog, headers: list[BatchHeader], implicit: ImplicitAdd
 ) -> dict[str, Any] | None:
     """Refuse control batches from clients and transactional batches outside an ongoing transaction."""
     for header in headers:
@@ -133,14 +149,14 @@ def _transaction_problem(
             }
         if header.is_transactional:
             code = state.transactions.check_produce(
-                header.producer_id, header.producer_epoch, log.topic, log.partition
+                header.producer_id, header.producer_epoch, log.topic, log.partition, implicit
             )
             if code is not None:
                 return {
                     "error_code": code,
                     "error_message": f"producer {header.producer_id} has not added {log.topic}-{log.partition} "
                     "to an ongoing transaction"
-                    if code == ErrorCode.invalid_txn_state
+                    if code in (ErrorCode.invalid_txn_state, ErrorCode.transaction_abortable)
                     else None,
                 }
     return None
@@ -244,4 +260,4 @@ def _legacy_unsupported(version: int, request: LegacyProduceRequest) -> RawRespo
     return RawResponse([b"".join(parts)], flexible_header=False)
 
 
-HANDLERS = (ApiHandler(API_KEY, 0, 11, handle_produce, decode=decode_produce),)
+HANDLERS = (ApiHandler(API_KEY, 0, 12, handle_produce, decode=decode_produce),)

@@ -1,4 +1,4 @@
-"""InitProducerId (key 22) v0-4: producer ids for idempotent producers.
+"""InitProducerId (key 22) v0-5: producer ids for idempotent and transactional producers.
 
 Without a transactional id (the idempotent producer that kafka-python 3.x, the
 Java client and librdkafka enable by default) any broker answers with a fresh
@@ -11,8 +11,13 @@ A request with a transactional id goes to the transaction coordinator
 (:mod:`kafkakit.broker.coordinators.transactions`): empty id ->
 INVALID_REQUEST, timeout outside (0, 15 min] -> INVALID_TRANSACTION_TIMEOUT,
 otherwise the id's producer id with a bumped epoch (an open transaction of the
-previous instance is aborted first, fencing it).  PRODUCER_FENCED becomes
-INVALID_PRODUCER_EPOCH before v4, as Kafka answers.
+previous instance is aborted first, fencing it).  From v3 a transactional
+producer may present its id and epoch (KIP-360/KIP-588): the current epoch is
+bumped, and a producer whose transaction was aborted by a timeout, presenting
+the epoch the abort replaced, gets the current epoch back instead of being
+fenced (Kafka's ``lastProducerEpoch``).  PRODUCER_FENCED becomes
+INVALID_PRODUCER_EPOCH before v4, as Kafka answers.  v5 only adds
+TRANSACTION_ABORTABLE, which this coordinator never answers here.
 """
 
 from __future__ import annotations
@@ -90,4 +95,4 @@ def _refuse(cls: type, code: ErrorCode) -> Any:
     )
 
 
-HANDLERS = (ApiHandler(API_KEY, 0, 4, handle_init_producer_id),)
+HANDLERS = (ApiHandler(API_KEY, 0, 5, handle_init_producer_id),)

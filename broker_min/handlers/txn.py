@@ -1,12 +1,16 @@
-"""Transaction APIs (transaction version 1): AddPartitionsToTxn (24) v0-3, AddOffsetsToTxn (25) v0-3,
-EndTxn (26) v0-4 and TxnOffsetCommit (28) v0-3.
+"""Transaction APIs: AddPartitionsToTxn (24) v0-3, AddOffsetsToTxn (25) v0-4, EndTxn (26) v0-5 and
+TxnOffsetCommit (28) v0-5.
 
 The work is the transaction coordinator's
 (:mod:`kafkakit.broker.coordinators.transactions`); these handlers map
 requests onto it and errors back.  PRODUCER_FENCED exists from AddPartitions/
 AddOffsets/EndTxn v2 (Kafka 2.7); older versions get INVALID_PRODUCER_EPOCH, as
-Kafka's KafkaApis maps it.  TV2 (AddPartitionsToTxn v4+, EndTxn v5+) is not
-advertised.  DescribeProducers (61) v0, DescribeTransactions (65) v0 and
+Kafka's KafkaApis maps it.  Transaction version 2 (KIP-890) goes by request
+version, as in Kafka: EndTxn v5 bumps the epoch and answers the new producer id
+and epoch; TxnOffsetCommit v5 adds the group's offsets partition to the
+transaction itself, v4 answers TRANSACTION_ABORTABLE where older versions get
+INVALID_TXN_STATE.  AddPartitionsToTxn v4+ (the broker-to-broker batch form)
+is not served.  DescribeProducers (61) v0, DescribeTransactions (65) v0 and
 ListTransactions (66) v0-1 serve the admin tools.
 """
 
@@ -17,7 +21,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from kafkakit.broker.coordinators.group_coordinator import OffsetToCommit
-from kafkakit.broker.coordinators.transactions import KNOWN_STATE_NAMES, TxnError, state_name
+from kafkakit.broker.coordinators.transactions import KNOWN_STATE_NAMES, ImplicitAdd, TxnError, state_name
 from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, make, nested
 from kafkakit.protocol import RequestHeaderInfo, response_class
 from kio.schema.errors import ErrorCode
@@ -35,7 +39,12 @@ DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
 FIRST_FENCED_VERSION = 2
+FIRST_EPOCH_BUMP_END_TXN_VERSION = 5  # transaction version 2
+FIRST_ABORTABLE_TXN_OFFSET_COMMIT_VERSION = 4
+FIRST_IMPLICIT_TXN_OFFSET_COMMIT_VERSION = 5
 NO_LEADER_EPOCH = -1
+NO_PRODUCER_ID = -1
+NO_EPOCH = -1
 
 
 def fenced_for_version(
@@ -102,14 +111,20 @@ async def handle_add_offsets(state: BrokerState, header: RequestHeaderInfo, requ
 async def handle_end_txn(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
     """Commit or abort; answers after every marker is written."""
     cls = response_class(END_TXN, header.api_version)
+    bump = header.api_version >= FIRST_EPOCH_BUMP_END_TXN_VERSION
     try:
-        state.transactions.end_transaction(
-            request.transactional_id, request.producer_id, request.producer_epoch, request.committed
+        producer_id, epoch = state.transactions.end_transaction(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.committed, bump
         )
         code = ErrorCode.none
     except TxnError as exc:
         code = fenced_for_version(exc.code, header.api_version)
-    return make(cls, throttle_time=NO_THROTTLE, error_code=code)
+        producer_id, epoch = NO_PRODUCER_ID, NO_EPOCH
+    if not bump:
+        return make(cls, throttle_time=NO_THROTTLE, error_code=code)
+    return make(
+        cls, throttle_time=NO_THROTTLE, error_code=code, producer_id=producer_id, producer_epoch=epoch
+    )
 
 
 async def handle_txn_offset_commit(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
@@ -118,7 +133,7 @@ async def handle_txn_offset_commit(state: BrokerState, header: RequestHeaderInfo
     topic_cls = nested(cls, "TxnOffsetCommitResponseTopic")
     partition_cls = nested(cls, "TxnOffsetCommitResponsePartition")
     known = [t for t in request.topics if state.topics.get(t.name) is not None]
-    errors = iter(_txn_commit(state, request, known))
+    errors = iter(_txn_commit(state, header.api_version, request, known))
     topics = []
     for t in request.topics:
         is_known = state.topics.get(t.name) is not None
@@ -134,7 +149,7 @@ async def handle_txn_offset_commit(state: BrokerState, header: RequestHeaderInfo
     return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
-def _txn_commit(state: BrokerState, request: Any, topics: list[Any]) -> list[ErrorCode]:
+def _txn_commit(state: BrokerState, version: int, request: Any, topics: list[Any]) -> list[ErrorCode]:
     offsets = [
         OffsetToCommit(
             t.name,
@@ -148,15 +163,22 @@ def _txn_commit(state: BrokerState, request: Any, topics: list[Any]) -> list[Err
     ]
     if not offsets:
         return []
+    if version >= FIRST_IMPLICIT_TXN_OFFSET_COMMIT_VERSION:
+        implicit = ImplicitAdd.ADD
+    elif version >= FIRST_ABORTABLE_TXN_OFFSET_COMMIT_VERSION:
+        implicit = ImplicitAdd.ABORTABLE
+    else:
+        implicit = ImplicitAdd.REFUSE
     try:
         state.transactions.check_offset_commit(
-            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, implicit
         )
     except TxnError as exc:
         return [exc.code] * len(offsets)
     return state.groups.txn_commit_offsets(
         request.group_id,
         request.producer_id,
+        request.producer_epoch,
         getattr(request, "generation_id", -1),
         getattr(request, "member_id", ""),
         getattr(request, "group_instance_id", None),
@@ -285,9 +307,9 @@ def _ms_time(ms: int) -> datetime.datetime:
 
 HANDLERS = (
     ApiHandler(ADD_PARTITIONS_TO_TXN, 0, 3, handle_add_partitions),
-    ApiHandler(ADD_OFFSETS_TO_TXN, 0, 3, handle_add_offsets),
-    ApiHandler(END_TXN, 0, 4, handle_end_txn),
-    ApiHandler(TXN_OFFSET_COMMIT, 0, 3, handle_txn_offset_commit),
+    ApiHandler(ADD_OFFSETS_TO_TXN, 0, 4, handle_add_offsets),
+    ApiHandler(END_TXN, 0, 5, handle_end_txn),
+    ApiHandler(TXN_OFFSET_COMMIT, 0, 5, handle_txn_offset_commit),
     ApiHandler(DESCRIBE_PRODUCERS, 0, 0, handle_describe_producers),
     ApiHandler(DESCRIBE_TRANSACTIONS, 0, 0, handle_describe_transactions),
     ApiHandler(LIST_TRANSACTIONS, 0, 1, handle_list_transactions),

@@ -404,8 +404,11 @@ class Fetcher:
 
     async def wait_for_data(self, timeout: float | None) -> None:
         """Wait until a fetch buffered data (or an error), up to ``timeout`` seconds."""
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for drops a cancellation that lands in
+        # the step the event is set, so a cancelled getmany() would keep polling (stop() hung).
         try:
-            await asyncio.wait_for(self._data_ready.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._data_ready.wait()
         except TimeoutError:
             pass
 

@@ -392,10 +392,7 @@ class GroupCoordinator:
                 log.exception("group %s: unexpected error", self._config.group_id)
                 await asyncio.sleep(self._backoff)
                 continue
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), self._seconds_to_next_task())
-            except TimeoutError:
-                pass
+            await _wait(self._wakeup, self._seconds_to_next_task())
 
     def _needs_join(self) -> bool:
         if not self._subscription.group_managed or self._waiting_for_poll:
@@ -789,10 +786,7 @@ class GroupCoordinator:
                     except Exception:
                         log.exception("group %s: heartbeat failed", self._config.group_id)
                         delay = self._backoff
-            try:
-                await asyncio.wait_for(self._heartbeat_wakeup.wait(), delay)
-            except TimeoutError:
-                pass
+            await _wait(self._heartbeat_wakeup, delay)
 
     def _poll_timed_out(self) -> bool:
         return (
@@ -1036,6 +1030,19 @@ class GroupCoordinator:
         """The fetcher's hook: where newly assigned partitions start (committed offsets only)."""
         found = await self.fetch_committed(partitions)
         return {tp: om.offset for tp, om in found.items()}
+
+
+async def _wait(event: asyncio.Event, timeout: float) -> None:
+    """Wait for ``event`` up to ``timeout`` seconds.
+
+    asyncio.timeout, not wait_for: Python 3.11's wait_for drops a cancellation that lands in the
+    step the event is set, and a loop cancelled then (unsubscribe() replaces the main loop) runs on.
+    """
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    except TimeoutError:
+        pass
 
 
 def _first_partition_error(topics: Iterable[Any]) -> int:

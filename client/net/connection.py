@@ -165,7 +165,10 @@ class BrokerConnection:
             return None
         wait = self.request_timeout if timeout is None else timeout
         try:
-            return await asyncio.wait_for(asyncio.shield(future), wait)
+            # Not wait_for: on Python 3.11 it returns the response and drops a cancellation that
+            # lands in the step the response arrives, and the cancelled caller carries on.
+            async with asyncio.timeout(wait):
+                return await asyncio.shield(future)
         except TimeoutError:
             error = KafkaTimeoutError(f"request {type(request).__name__} to {self.host}:{self.port} timed out after {wait:.1f}s")
             self._fail(error)

@@ -235,6 +235,7 @@ class Producer:
                 request_timeout_ms=request_timeout_ms,
                 retry_backoff_ms=retry_backoff_ms,
                 wake_sender=self._wake_sender,
+                reset_sequences=self._acc.reset_sequences,
             )
         self._retry_backoff = retry_backoff_ms / 1000
         self._sender = Sender(
@@ -492,6 +493,11 @@ class Producer:
         """The transaction state (None for a non-transactional producer)."""
         return self._txn.state if self._txn is not None else None
 
+    @property
+    def transaction_version(self) -> int | None:
+        """1 or 2 (KIP-890), chosen by ``init_transactions``; None for a non-transactional producer."""
+        return self._txn.transaction_version if self._txn is not None else None
+
     async def init_transactions(self) -> None:
         """Register the transactional id with its coordinator (call once, after ``start``).
 
@@ -526,7 +532,6 @@ class Producer:
         await txn.abort(
             lambda: acc.fail_queued(TransactionAbortedError("the transaction was aborted")),
             wait_in_flight,
-            acc.reset_sequences,
         )
 
     async def send_offsets_to_transaction(

@@ -29,14 +29,16 @@ Idempotence (``identity`` given): each batch gets its partition's next
 sequence number when first drained and keeps it (and its encoding) across
 retries; coalescing is off so a resent batch is byte-identical.  Up to
 ``max_in_flight`` (at most 5, the broker's window) batches of a partition may
-be in flight; a batch put back for a retry is resent only once nothing else of
-its partition is in flight, so the batches behind it follow in order.
-DUPLICATE_SEQUENCE_NUMBER counts as success; OUT_OF_ORDER_SEQUENCE_NUMBER for a
-batch behind an unacknowledged one is retried; the same error at the oldest
-unacknowledged batch, or UNKNOWN_PRODUCER_ID, means the broker lost our state:
-the sender drains what is in flight, bumps the epoch (KIP-360) and renumbers.
-In a transaction such a gap instead makes the transaction abortable.
-INVALID_PRODUCER_EPOCH / PRODUCER_FENCED are fatal.
+be in flight.  As in Java, a batch put back for a retry is resent only when it
+is its partition's first unacknowledged batch (the lowest sequence sent and not
+completed): the retries behind it wait for its answer, so none overtakes it.
+DUPLICATE_SEQUENCE_NUMBER counts as success; OUT_OF_ORDER_SEQUENCE_NUMBER or
+UNKNOWN_PRODUCER_ID for a batch behind an unacknowledged one is retried (its
+predecessor is being resent); the same errors at the first unacknowledged
+batch mean the broker lost our state: the sender drains what is in flight,
+bumps the epoch (KIP-360) and renumbers.  In a transaction such a gap instead
+makes the transaction abortable.  INVALID_PRODUCER_EPOCH / PRODUCER_FENCED are
+fatal without a transaction; in one they make it abortable (see transactions).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import functools
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from itertools import chain
 from typing import TYPE_CHECKING, Any
@@ -68,7 +71,8 @@ from kafkakit.producer.idempotence import (
     next_sequence,
     stamp_batch,
 )
-from kafkakit.protocol.build import millis
+from kafkakit.producer.transactions import choose_version
+from kafkakit.protocol.build import make_request, millis
 from kafkakit.protocol.framing import ApiKey
 from kafkakit.records import encode_batch
 from kafkakit.structs import TopicPartition
@@ -83,6 +87,8 @@ _TOO_LARGE = {10, 18}  # MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE
 _OUT_OF_ORDER = 45
 _DUPLICATE_SEQUENCE = 46
 _UNKNOWN_PRODUCER_ID = 59
+_CONCURRENT_TRANSACTIONS = 51
+_CONCURRENT_BACKOFF = 0.02
 #: Room left in a request for everything around the record batches.
 _REQUEST_OVERHEAD = 512
 
@@ -132,6 +138,9 @@ class Sender:
         self._identity = identity
         self._txn = transactions
         self._reset_wanted = False  # KIP-360: bump the epoch once nothing is in flight
+        # Idempotence: per partition, the batches with a sequence not yet completed, in order.
+        self._unacked: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self._unacked_identity = (-1, -1)
         self._max_request_size = max_request_size
         self._on_metadata_update = on_metadata_update
         self._connections: dict[int, BrokerConnection] = {}
@@ -286,16 +295,44 @@ class Sender:
         """Whether ``pq`` must wait for its in-flight batches before sending its head batch."""
         if not pq.in_flight:
             return False
-        # Idempotent producers keep one (coalesced) batch per partition in flight: with
-        # several, a retriable error on one (e.g. NOT_LEADER on a new topic) turned its
-        # successors into OUT_OF_ORDER_SEQUENCE_NUMBER, and their requeue could overtake it.
-        return guarantee_order or self._identity is not None
+        if guarantee_order:
+            return True
+        if self._identity is None:
+            return False
+        # Idempotence, as in Java: up to max_in_flight batches of a partition in flight (the
+        # broker dedups the last 5).  A retry (a batch that has its sequence) goes only once it
+        # is the partition's first unacknowledged batch: the retries behind it wait for its
+        # answer, so none can overtake it and the broker sees the sequences in order.
+        head = pq.batches[0]
+        if head.base_sequence >= 0:
+            return head is not self._first_unacked(pq.tp)
+        return pq.in_flight >= self._max_in_flight
 
-    @staticmethod
-    def _assign_sequence(pq: PartitionQueue, batch: ProducerBatch) -> None:
+    def _first_unacked(self, tp: TopicPartition) -> ProducerBatch | None:
+        """The lowest-sequence batch of ``tp`` sent and not yet completed, if any."""
+        pending = self._unacked_batches(tp)
+        while pending and (pending[0].future.done() or pending[0].base_sequence < 0):
+            pending.popleft()  # completed (or failed, or its sequence was reset)
+        return pending[0] if pending else None
+
+    def _unacked_batches(self, tp: TopicPartition) -> deque[ProducerBatch]:
+        identity = self._identity
+        assert identity is not None
+        current = (identity.producer_id, identity.epoch)
+        if current != self._unacked_identity:
+            # A new producer id or epoch renumbers every partition from 0.
+            self._unacked.clear()
+            self._unacked_identity = current
+        pending = self._unacked.get(tp)
+        if pending is None:
+            pending = self._unacked[tp] = deque()
+        return pending
+
+    def _assign_sequence(self, pq: PartitionQueue, batch: ProducerBatch) -> None:
         if batch.base_sequence < 0:
             batch.base_sequence = pq.next_sequence
             pq.next_sequence = next_sequence(pq.next_sequence, _wire_count(batch))
+            self._unacked_batches(pq.tp).append(batch)
 
     def _attach_followers(
         self, pq: PartitionQueue, head: ProducerBatch, size: int, max_size: int, now: float
@@ -386,8 +423,13 @@ class Sender:
             partitions.append({"index": pq.tp.partition, "records": data})
         if not encodable:
             return
-        request = conn.request(
+        version = conn.version(ApiKey.PRODUCE)
+        if self._txn is not None:
+            # Produce v12+ tells the broker we speak transaction version 2 (partitions added implicitly).
+            version = choose_version(conn, ApiKey.PRODUCE, self._txn.transaction_version)
+        request = make_request(
             ApiKey.PRODUCE,
+            version,
             transactional_id=self._identity.transactional_id if self._identity is not None else None,
             acks=self._acks,
             timeout=self._request_timeout_ms,
@@ -513,16 +555,22 @@ class Sender:
             pq.acked_sequence = next_sequence(batch.base_sequence, _wire_count(batch))
             self._acc.complete(pq, batch, _NO_OFFSETS)
             return True
+        if code in FENCING_CODES and self._txn is not None:
+            # A newer instance, or the coordinator aborted our transaction on timeout (KIP-588):
+            # abortable; abort_transaction() asks the coordinator which it was.
+            error = for_code(code)(_describe(pq.tp, result))
+            self._acc.fail(pq, batch, error)
+            self._txn.on_batch_error(error, sequence_gap=True, fence_suspect=True)
+            return True
         if code in FENCING_CODES:
             assert self._identity is not None
             fenced = fenced_error(code, f"Produce to {pq.tp.topic}-{pq.tp.partition}")
             self._identity.set_fatal(fenced)
             self._acc.fail(pq, batch, fenced)
-            if self._txn is not None:
-                self._txn.on_batch_error(fenced)
             return True
-        if code == _OUT_OF_ORDER and batch.base_sequence != pq.acked_sequence:
-            # A batch ahead of this one failed and is being resent: retry behind it.
+        if code in (_OUT_OF_ORDER, _UNKNOWN_PRODUCER_ID) and batch is not self._first_unacked(pq.tp):
+            # A batch ahead of this one failed and is being resent (the broker saw a gap, or,
+            # on a partition new to this producer, no first batch yet): retry behind it.
             batch.last_error = for_code(code)(_describe(pq.tp, result))
             self._acc.requeue(pq, batch)
             return True
@@ -585,7 +633,11 @@ class Sender:
     ) -> None:
         batch.last_error = error
         if getattr(error, "retriable", False):
-            retry_at = now + self._retry_backoff
+            backoff = self._retry_backoff
+            if getattr(error, "code", None) == _CONCURRENT_TRANSACTIONS:
+                # TV2: the previous transaction's markers are still being written; clears in ms.
+                backoff = min(backoff, _CONCURRENT_BACKOFF)
+            retry_at = now + backoff
             if retry_at - batch.created < self._delivery_timeout:
                 batch.attempts += 1
                 batch.retry_at = retry_at

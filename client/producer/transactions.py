@@ -1,7 +1,7 @@
 """The transactional producer's state machine and its talks with the coordinators.
 
-A transaction on the wire (transaction version 1, which Apache Kafka 4.x still
-accepts from clients using Produce <= v11 and EndTxn <= v4):
+A transaction on the wire, transaction version 1 (what every broker since
+Kafka 0.11 speaks, with Produce <= v11, TxnOffsetCommit <= v4, EndTxn <= v4):
 
 1. FindCoordinator (key type 1) for the transactional id, then InitProducerId
    with it: the coordinator fences older instances (bumps the epoch) and
@@ -14,8 +14,30 @@ accepts from clients using Produce <= v11 and EndTxn <= v4):
    generation, member id and instance id (KIP-447), so a zombie is fenced.
 5. EndTxn (commit or abort); the coordinator writes the markers.
 
-Transaction version 2 (KIP-890) is not used yet: kafkakit's client speaks
-Produce up to v11 and EndTxn up to v4, so brokers treat it as version 1.
+Transaction version 2 (KIP-890), used when the transaction coordinator's
+ApiVersions finalizes the feature ``transaction.version`` >= 2 (the default of
+Kafka 4.0+) and it speaks Produce v12, TxnOffsetCommit v5 and EndTxn v5:
+
+- no AddPartitionsToTxn: a Produce v12 adds its partition to the transaction
+  (the partition leader asks the coordinator itself);
+- no AddOffsetsToTxn: TxnOffsetCommit v5 adds the offsets partition;
+- EndTxn v5 bumps the epoch at the end of EVERY transaction and returns the new
+  producer id/epoch, which the producer adopts (sequences restart at 0).  A
+  retried EndTxn (lost response) carries the old epoch; the coordinator
+  recognises it (its epoch is exactly one higher) and answers success again.
+
+The version is chosen once, in ``init_transactions`` (Java decides at the same
+point; switching mid-life would need an extra epoch bump).
+
+Recovery (KIP-360 / KIP-588): a fencing error during a transaction (EndTxn,
+AddPartitionsToTxn, TxnOffsetCommit, or INVALID_PRODUCER_EPOCH from Produce)
+has two causes the error code cannot tell apart: a newer instance called
+InitProducerId, or the coordinator aborted our transaction because it exceeded
+``transaction_timeout_ms`` (and bumped the epoch).  kafkakit asks the
+coordinator: InitProducerId with the current producer id and epoch succeeds
+only in the second case (the coordinator remembers the epoch it bumped from;
+a new instance's InitProducerId erases that), so the producer continues with the
+bumped epoch; in the first case it answers PRODUCER_FENCED, which is fatal.
 
 :func:`complete_transaction` finishes a transaction prepared by another
 process (:meth:`Producer.prepare_transaction`), for two-phase commit sinks.
@@ -35,14 +57,19 @@ from typing import TYPE_CHECKING, Any
 from kafkakit.cluster import Cluster
 from kafkakit.errors import (
     CommitFailedError,
+    InvalidProducerIdMappingError,
+    InvalidTxnStateError,
     KafkaError,
     KafkaTimeoutError,
     ProducerFencedError,
+    TransactionAbortedError,
     TransactionStateError,
+    UnsupportedVersionError,
     for_code,
 )
 from kafkakit.net.connection import BrokerConnection
 from kafkakit.producer.idempotence import FENCING_CODES, ProducerIdentity, fenced_error
+from kafkakit.protocol.build import make_request
 from kafkakit.protocol.framing import ApiKey
 from kafkakit.structs import OffsetAndMetadata, TopicPartition
 
@@ -53,8 +80,22 @@ log = logging.getLogger(__name__)
 
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
-#: Transaction version kafkakit speaks (see the module docstring).
-TRANSACTION_VERSION = 1
+#: Transaction versions kafkakit speaks (see the module docstring).
+TRANSACTION_VERSION_1 = 1
+TRANSACTION_VERSION_2 = 2
+#: The ApiVersions finalized feature that enables transaction version 2.
+TRANSACTION_VERSION_FEATURE = "transaction.version"
+#: Request versions per transaction version: (lowest, highest) each may use.
+_TV1_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.PRODUCE: (0, 11),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
+    ApiKey.END_TXN: (0, 4),
+}
+_TV2_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.PRODUCE: (12, 12),
+    ApiKey.TXN_OFFSET_COMMIT: (5, 5),
+    ApiKey.END_TXN: (5, 5),
+}
 _COORDINATOR_MOVED = frozenset({14, 15, 16})  # LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR
 _CONCURRENT_TRANSACTIONS = 51
 _NOT_ATTEMPTED = 55  # OPERATION_NOT_ATTEMPTED: another partition of the request failed
@@ -86,7 +127,7 @@ class TransactionHandle:
     transactional_id: str
     producer_id: int
     producer_epoch: int
-    transaction_version: int = TRANSACTION_VERSION
+    transaction_version: int = TRANSACTION_VERSION_1
     coordinator_host: str | None = None
     coordinator_port: int | None = None
 
@@ -99,6 +140,37 @@ class TransactionHandle:
         if not isinstance(data, dict):
             raise ValueError(f"not a TransactionHandle: {text!r}")
         return cls(**data)
+
+
+def version_range(api_key: int, transaction_version: int) -> tuple[int, int] | None:
+    """The request versions of ``api_key`` a transaction of ``transaction_version`` may use (None: any)."""
+    table = _TV2_VERSIONS if transaction_version >= TRANSACTION_VERSION_2 else _TV1_VERSIONS
+    return table.get(api_key)
+
+
+def choose_version(conn: BrokerConnection, api_key: int, transaction_version: int) -> int:
+    """The version of ``api_key`` to send over ``conn`` for a transaction of ``transaction_version``."""
+    chosen = conn.version(api_key)
+    bounds = version_range(api_key, transaction_version)
+    if bounds is None:
+        return chosen
+    chosen = min(chosen, bounds[1])
+    if chosen < bounds[0]:
+        raise UnsupportedVersionError(
+            f"transaction version {transaction_version} needs API {api_key} v{bounds[0]}+, "
+            f"but {conn.host}:{conn.port} speaks up to v{chosen}"
+        )
+    return chosen
+
+
+def supported_transaction_version(conn: BrokerConnection) -> int:
+    """The highest transaction version both ``conn``'s broker and kafkakit can use."""
+    if conn.finalized_features.get(TRANSACTION_VERSION_FEATURE, 0) < TRANSACTION_VERSION_2:
+        return TRANSACTION_VERSION_1
+    for api_key, (low, _) in _TV2_VERSIONS.items():
+        if not conn.supports(api_key) or conn.version(api_key) < low:
+            return TRANSACTION_VERSION_1
+    return TRANSACTION_VERSION_2
 
 
 class _Coordinators:
@@ -159,12 +231,14 @@ class _Coordinators:
         what: str,
         timeout: float,
         backoff: float,
+        transaction_version: int = TRANSACTION_VERSION_1,
         **fields: Any,
     ) -> Any:
         """Send one request to the coordinator of ``key``, retrying what is retriable.
 
         Returns the response when ``codes_of`` finds no error; raises the first
         non-retriable error's typed exception (fencing codes as ProducerFencedError).
+        The request version is the highest ``transaction_version`` allows.
         """
         deadline = time.monotonic() + timeout
         last: BaseException | None = None
@@ -172,7 +246,8 @@ class _Coordinators:
             delay = backoff
             try:
                 conn = await self.connection(key_type, key)
-                response = await conn.call(api_key, **fields)
+                version = choose_version(conn, api_key, transaction_version)
+                response = await conn.send(make_request(api_key, version, **fields))
             except KafkaError as exc:
                 if not exc.retriable:
                     raise
@@ -238,22 +313,31 @@ class TransactionManager:
         request_timeout_ms: int,
         retry_backoff_ms: int,
         wake_sender: Callable[[], None] = lambda: None,
+        reset_sequences: Callable[[], None] = lambda: None,
     ) -> None:
         if identity.transactional_id is None:
             raise ValueError("a TransactionManager needs a transactional id")
         self.transactional_id: str = identity.transactional_id
         self.identity = identity
         self.state = TransactionState.UNINITIALIZED
+        #: Chosen in init_transactions from what the coordinator advertises.
+        self.transaction_version = TRANSACTION_VERSION_1
+        #: Highest version init_transactions may choose (tests lower it to exercise version 1).
+        self.max_transaction_version = TRANSACTION_VERSION_2
         self._coordinators = _Coordinators(cluster, request_timeout_ms)
         self._timeout = request_timeout_ms / 1000
         self._backoff = retry_backoff_ms / 1000
         self._wake_sender = wake_sender
+        self._reset_sequences = reset_sequences
         self._added: set[TopicPartition] = set()
         self._pending: set[TopicPartition] = set()
         self._adding: asyncio.Task[None] | None = None
         self._offsets_added = False
         self._abortable: KafkaError | None = None
         self._needs_bump = False  # a sequence gap: a new epoch is needed after the abort
+        self._fence_suspect = False  # a fencing error: a newer instance, or the coordinator's timeout?
+        self._coordinator_aborted = False  # the coordinator aborted it and we hold the bumped epoch
+        self._resync: asyncio.Task[None] | None = None  # TV2: epoch after a transaction completed elsewhere
 
     # -- what the sender asks -------------------------------------------------------
 
@@ -262,34 +346,45 @@ class TransactionManager:
         """Why the current transaction can only be aborted (None while it is healthy)."""
         return self._abortable
 
-    def partition_added(self, tp: TopicPartition) -> bool:
-        """Whether batches of ``tp`` may be sent now; if not, AddPartitionsToTxn is scheduled."""
-        if tp in self._added:
-            return True
-        if self.state in (
+    @property
+    def _open(self) -> bool:
+        return self.state in (
             TransactionState.IN_TRANSACTION,
             TransactionState.COMMITTING,
             TransactionState.PREPARED,
-        ):
-            self._pending.add(tp)
-            if self._adding is None or self._adding.done():
-                self._adding = asyncio.ensure_future(self._add_pending_partitions())
+        )
+
+    def partition_added(self, tp: TopicPartition) -> bool:
+        """Whether batches of ``tp`` may be sent now; if not, AddPartitionsToTxn is scheduled."""
+        if self._resync is not None and not self._resync.done():
+            return False  # the epoch is being re-read; it wakes the sender
+        if tp in self._added:
+            return True
+        if not self._open:
+            return False
+        if self.transaction_version >= TRANSACTION_VERSION_2:
+            self._added.add(tp)  # Produce v12 adds it (KIP-890)
+            return True
+        self._pending.add(tp)
+        if self._adding is None or self._adding.done():
+            self._adding = asyncio.ensure_future(self._add_pending_partitions())
         return False
 
-    def on_batch_error(self, error: BaseException, *, sequence_gap: bool = False) -> None:
-        """A batch of the current transaction failed: the transaction can only be aborted now."""
+    def on_batch_error(
+        self, error: BaseException, *, sequence_gap: bool = False, fence_suspect: bool = False
+    ) -> None:
+        """A batch (or a coordinator call) of the current transaction failed: it can only be aborted now.
+
+        ``fence_suspect``: a fencing error, which abort/commit resolve by asking
+        the coordinator (see the module docstring) rather than dying at once.
+        """
         if sequence_gap:
             self._needs_bump = True
-        if isinstance(error, ProducerFencedError):
-            self._set_fatal(error)
-            return
+        if fence_suspect or isinstance(error, ProducerFencedError):
+            self._fence_suspect = True
         if self._abortable is None and self.state is not TransactionState.FATAL:
             self._abortable = error if isinstance(error, KafkaError) else KafkaError(repr(error))
-            if self.state in (
-                TransactionState.IN_TRANSACTION,
-                TransactionState.COMMITTING,
-                TransactionState.PREPARED,
-            ):
+            if self._open:
                 self.state = TransactionState.ABORTABLE_ERROR
 
     async def _add_pending_partitions(self) -> None:
@@ -321,48 +416,56 @@ class TransactionManager:
     async def _call_txn(
         self, api_key: int, codes_of: Callable[[Any], Iterable[int]], *, what: str, **fields: Any
     ) -> Any:
-        try:
-            return await self._coordinators.call(
-                TRANSACTION_KEY,
-                self.transactional_id,
-                api_key,
-                codes_of,
-                what=f"{what} for {self.transactional_id!r}",
-                timeout=self._timeout,
-                backoff=self._backoff,
-                **fields,
-            )
-        except ProducerFencedError as exc:
-            self._set_fatal(exc)
-            raise
+        """A request to the transaction coordinator; fencing raises ProducerFencedError (not yet fatal)."""
+        return await self._coordinators.call(
+            TRANSACTION_KEY,
+            self.transactional_id,
+            api_key,
+            codes_of,
+            what=f"{what} for {self.transactional_id!r}",
+            timeout=self._timeout,
+            backoff=self._backoff,
+            transaction_version=self.transaction_version,
+            **fields,
+        )
 
     def _set_fatal(self, error: KafkaError) -> None:
         self.identity.set_fatal(error)
         self.state = TransactionState.FATAL
 
     async def _init_producer_id(self, *, bump: bool) -> None:
+        """InitProducerId; with ``bump`` for the current id/epoch (KIP-360).  Fencing is fatal."""
         identity = self.identity
-        response = await self._call_txn(
-            ApiKey.INIT_PRODUCER_ID,
-            _error_code,
-            what="InitProducerId",
-            transactional_id=self.transactional_id,
-            transaction_timeout=identity.transaction_timeout_ms,
-            producer_id=identity.producer_id if bump else -1,
-            producer_epoch=identity.epoch if bump else -1,
-        )
-        identity.producer_id = int(response.producer_id)
-        identity.epoch = int(response.producer_epoch)
-        log.info(
-            "transactional id %r: producer id %s epoch %s",
-            self.transactional_id,
-            identity.producer_id,
-            identity.epoch,
-        )
+        try:
+            response = await self._call_txn(
+                ApiKey.INIT_PRODUCER_ID,
+                _error_code,
+                what="InitProducerId",
+                transactional_id=self.transactional_id,
+                transaction_timeout=identity.transaction_timeout_ms,
+                producer_id=identity.producer_id if bump else -1,
+                producer_epoch=identity.epoch if bump else -1,
+            )
+        except ProducerFencedError as exc:
+            self._set_fatal(exc)
+            raise
+        self._adopt(int(response.producer_id), int(response.producer_epoch))
+
+    def _adopt(self, producer_id: int, epoch: int) -> None:
+        """A new producer id/epoch from the coordinator: every partition numbers from 0 again."""
+        identity = self.identity
+        if (producer_id, epoch) == (identity.producer_id, identity.epoch):
+            return
+        identity.producer_id, identity.epoch = producer_id, epoch
+        self._reset_sequences()
+        log.info("transactional id %r: producer id %s epoch %s", self.transactional_id, producer_id, epoch)
 
     async def end_transaction(self, commit: bool) -> None:
-        """Send EndTxn for the current producer id/epoch (retrying CONCURRENT_TRANSACTIONS)."""
-        await self._call_txn(
+        """EndTxn for the current producer id/epoch (retrying CONCURRENT_TRANSACTIONS and lost responses).
+
+        With transaction version 2 the response carries the bumped epoch, adopted here.
+        """
+        response = await self._call_txn(
             ApiKey.END_TXN,
             _error_code,
             what="EndTxn(commit)" if commit else "EndTxn(abort)",
@@ -370,6 +473,36 @@ class TransactionManager:
             producer_id=self.identity.producer_id,
             producer_epoch=self.identity.epoch,
             committed=commit,
+        )
+        producer_id = int(getattr(response, "producer_id", -1))
+        if self.transaction_version >= TRANSACTION_VERSION_2 and producer_id >= 0:
+            self._adopt(producer_id, int(response.producer_epoch))
+
+    async def _resolve_fencing(self, cause: KafkaError) -> None:
+        """Fenced by a newer instance (fatal, raises ProducerFencedError) or aborted by the coordinator?
+
+        InitProducerId with our id and epoch succeeds only when no newer instance
+        initialised since: the coordinator then aborted the transaction itself
+        (timeout) and we continue with the epoch it returns (KIP-588).
+        Call only with nothing in flight: it renumbers the sequences.
+        """
+        log.warning(
+            "transactional id %r: %s; asking the coordinator whether we were fenced",
+            self.transactional_id,
+            cause,
+        )
+        try:
+            await self._init_producer_id(bump=True)
+        except ProducerFencedError as exc:
+            raise ProducerFencedError(
+                f"{exc}; a newer producer with transactional id {self.transactional_id!r} took over ({cause})"
+            ) from cause
+        self._fence_suspect = False
+        self._needs_bump = False
+        self._coordinator_aborted = True
+        self._abortable = TransactionAbortedError(
+            f"the coordinator aborted the transaction of {self.transactional_id!r} "
+            f"(it exceeded transaction_timeout_ms={self.identity.transaction_timeout_ms}?): {cause}"
         )
 
     # -- the public steps ----------------------------------------------------------------
@@ -392,42 +525,41 @@ class TransactionManager:
 
     async def init_transactions(self) -> None:
         self._require(TransactionState.UNINITIALIZED, action="init_transactions (already initialised)")
-        await self._init_producer_id(bump=False)
+        await self._init_producer_id(bump=False)  # also finds the coordinator, retrying
+        conn = await self._coordinators.connection(TRANSACTION_KEY, self.transactional_id)
+        self.transaction_version = min(supported_transaction_version(conn), self.max_transaction_version)
+        log.info(
+            "transactional id %r: transaction version %d", self.transactional_id, self.transaction_version
+        )
         self.state = TransactionState.READY
 
     def begin_transaction(self) -> None:
         self._require(TransactionState.READY, action="begin_transaction")
         self.state = TransactionState.IN_TRANSACTION
 
+    async def _await_resync(self) -> None:
+        if self._resync is not None:
+            await asyncio.shield(self._resync)
+            self.identity.check_fatal()
+
     async def send_offsets(
         self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata], group: GroupMetadata
     ) -> None:
-        """AddOffsetsToTxn, then TxnOffsetCommit to the group coordinator (KIP-447 fencing)."""
+        """AddOffsetsToTxn (version 1 only), then TxnOffsetCommit to the group coordinator (KIP-447 fencing)."""
         self._require(TransactionState.IN_TRANSACTION, action="send_offsets_to_transaction")
-        await self._call_txn(
-            ApiKey.ADD_OFFSETS_TO_TXN,
-            _error_code,
-            what="AddOffsetsToTxn",
-            transactional_id=self.transactional_id,
-            producer_id=self.identity.producer_id,
-            producer_epoch=self.identity.epoch,
-            group_id=group.group_id,
-        )
-        self._offsets_added = True
-        topics: dict[str, list[dict[str, Any]]] = {}
-        for tp, value in sorted(offsets.items()):
-            offset, metadata = (
-                (value.offset, value.metadata) if isinstance(value, OffsetAndMetadata) else (int(value), "")
-            )
-            topics.setdefault(tp.topic, []).append(
-                {
-                    "partition_index": tp.partition,
-                    "committed_offset": offset,
-                    "committed_leader_epoch": -1,
-                    "committed_metadata": metadata,
-                }
-            )
+        await self._await_resync()
         try:
+            if self.transaction_version < TRANSACTION_VERSION_2:
+                await self._call_txn(
+                    ApiKey.ADD_OFFSETS_TO_TXN,
+                    _error_code,
+                    what="AddOffsetsToTxn",
+                    transactional_id=self.transactional_id,
+                    producer_id=self.identity.producer_id,
+                    producer_epoch=self.identity.epoch,
+                    group_id=group.group_id,
+                )
+            self._offsets_added = True
             await self._coordinators.call(
                 GROUP_KEY,
                 group.group_id,
@@ -436,6 +568,7 @@ class TransactionManager:
                 what=f"TxnOffsetCommit for group {group.group_id!r}",
                 timeout=self._timeout,
                 backoff=self._backoff,
+                transaction_version=self.transaction_version,
                 transactional_id=self.transactional_id,
                 group_id=group.group_id,
                 producer_id=self.identity.producer_id,
@@ -443,11 +576,8 @@ class TransactionManager:
                 generation_id=group.generation_id,
                 member_id=group.member_id,
                 group_instance_id=group.group_instance_id,
-                topics=[{"name": name, "partitions": parts} for name, parts in topics.items()],
+                topics=_offset_topics(offsets),
             )
-        except ProducerFencedError as exc:
-            self._set_fatal(exc)
-            raise
         except KafkaError as exc:
             code = getattr(exc, "code", None)
             error: KafkaError = exc
@@ -455,7 +585,12 @@ class TransactionManager:
                 error = CommitFailedError(
                     f"the consumer of group {group.group_id!r} is no longer generation {group.generation_id}: {exc}"
                 )
-            self.on_batch_error(error)
+            elif isinstance(exc, ProducerFencedError):
+                error = TransactionStateError(
+                    f"{exc}: the transaction was fenced or timed out; call abort_transaction() "
+                    "(it raises ProducerFencedError if a newer producer took over)"
+                )
+            self.on_batch_error(error, fence_suspect=isinstance(exc, ProducerFencedError))
             raise error from exc
 
     async def commit(self, flush: Callable[[], Awaitable[None]]) -> None:
@@ -463,22 +598,44 @@ class TransactionManager:
             TransactionState.IN_TRANSACTION,
             TransactionState.COMMITTING,
             TransactionState.PREPARED,
+            TransactionState.ABORTABLE_ERROR,
             action="commit_transaction",
         )
         if self.state is TransactionState.IN_TRANSACTION:
             self.state = TransactionState.COMMITTING
+        if self.state is not TransactionState.PREPARED:
+            # Also when already failed: nothing may be in flight when _resolve_fencing renumbers.
             await self._flush_for_end(flush)
+        await self._await_resync()
+        if self._abortable is None and (self._added or self._offsets_added):
+            try:
+                await self.end_transaction(commit=True)
+            except ProducerFencedError as exc:
+                self.on_batch_error(exc, fence_suspect=True)
+            except InvalidTxnStateError as exc:
+                # Version 2 answers a commit of a transaction the coordinator aborted (timeout)
+                # with INVALID_TXN_STATE: find out as for fencing.
+                self.on_batch_error(exc, fence_suspect=True)
+            except KafkaError as exc:
+                self._abortable_unless_retriable(exc)
+                raise
         if self._abortable is not None:
+            if self._fence_suspect:
+                await self._resolve_fencing(self._abortable)  # ProducerFencedError when really fenced
             self.state = TransactionState.ABORTABLE_ERROR
             self._require(action="commit_transaction")
-        if self._added or self._offsets_added:
-            await self.end_transaction(commit=True)
         self._reset()
+
+    def _abortable_unless_retriable(self, error: KafkaError) -> None:
+        # e.g. TRANSACTION_ABORTABLE; after a timeout or a lost connection commit may be retried.
+        if not error.retriable and not isinstance(error, KafkaTimeoutError):
+            self.on_batch_error(error)
 
     async def prepare(self, flush: Callable[[], Awaitable[None]]) -> TransactionHandle:
         self._require(TransactionState.IN_TRANSACTION, action="prepare_transaction")
         self.state = TransactionState.PREPARED
         await self._flush_for_end(flush)
+        await self._await_resync()
         if self._abortable is not None:
             self.state = TransactionState.ABORTABLE_ERROR
             self._require(action="prepare_transaction")
@@ -487,15 +644,36 @@ class TransactionManager:
             self.transactional_id,
             self.identity.producer_id,
             self.identity.epoch,
-            TRANSACTION_VERSION,
+            self.transaction_version,
             hint[0] if hint else None,
             hint[1] if hint else None,
         )
 
     def forget_prepared(self) -> None:
-        """The prepared transaction is completed elsewhere (``complete_transaction``): start afresh."""
+        """The prepared transaction is completed elsewhere (``complete_transaction``): start afresh.
+
+        With transaction version 2 that EndTxn bumped the epoch; InitProducerId
+        with the epoch we prepared under returns the bumped one (the coordinator
+        treats it as a retry), read in the background before the next request.
+        """
         self._require(TransactionState.PREPARED, action="forget_prepared_transaction")
         self._reset()
+        if self.transaction_version >= TRANSACTION_VERSION_2:
+            self._resync = asyncio.ensure_future(self._resync_epoch())
+
+    async def _resync_epoch(self) -> None:
+        try:
+            await self._init_producer_id(bump=True)
+        except KafkaError as exc:
+            if self.identity.fatal is None:
+                self._set_fatal(exc)
+            log.error(
+                "transactional id %r: cannot read the epoch after a prepared transaction: %s",
+                self.transactional_id,
+                exc,
+            )
+        finally:
+            self._wake_sender()
 
     async def _flush_for_end(self, flush: Callable[[], Awaitable[None]]) -> None:
         await flush()
@@ -508,7 +686,6 @@ class TransactionManager:
         self,
         fail_queued: Callable[[], bool],
         wait_in_flight: Callable[[], Awaitable[None]],
-        reset_sequences: Callable[[], None],
     ) -> None:
         self._require(
             TransactionState.IN_TRANSACTION,
@@ -524,26 +701,63 @@ class TransactionManager:
         await wait_in_flight()
         if self._adding is not None and not self._adding.done():
             self._adding.cancel()
+        await self._await_resync()
         self.identity.check_fatal()
-        if self._added or self._offsets_added:
-            await self.end_transaction(commit=False)
+        if not self._coordinator_aborted:
+            await self._end_for_abort()
         if self._needs_bump:
             await self._init_producer_id(bump=True)
-            reset_sequences()
-            self._needs_bump = False
         self._reset()
+
+    async def _end_for_abort(self) -> None:
+        """EndTxn(abort), or, when the coordinator says we are fenced, find out whether we really are."""
+        epoch_before = self.identity.epoch
+        if self._added or self._offsets_added:
+            try:
+                await self.end_transaction(commit=False)
+            except (ProducerFencedError, InvalidTxnStateError, InvalidProducerIdMappingError) as exc:
+                # Fenced, timed out, (version 2) no partition ever reached the coordinator, or
+                # the coordinator forgot the id: InitProducerId with our id and epoch settles it.
+                await self._resolve_fencing(exc)
+                return
+        elif self._fence_suspect and self._abortable is not None:
+            await self._resolve_fencing(self._abortable)
+            return
+        if self.identity.epoch != epoch_before:
+            self._needs_bump = False  # EndTxn v5 bumped the epoch already
 
     def _reset(self) -> None:
         self._added.clear()
         self._pending.clear()
         self._offsets_added = False
         self._abortable = None
+        self._fence_suspect = False
+        self._coordinator_aborted = False
+        self._needs_bump = False
         self.state = TransactionState.READY
 
     async def close(self) -> None:
-        if self._adding is not None and not self._adding.done():
-            self._adding.cancel()
+        for task in (self._adding, self._resync):
+            if task is not None and not task.done():
+                task.cancel()
         await self._coordinators.close()
+
+
+def _offset_topics(offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> list[dict[str, Any]]:
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for tp, value in sorted(offsets.items()):
+        offset, metadata = (
+            (value.offset, value.metadata) if isinstance(value, OffsetAndMetadata) else (int(value), "")
+        )
+        topics.setdefault(tp.topic, []).append(
+            {
+                "partition_index": tp.partition,
+                "committed_offset": offset,
+                "committed_leader_epoch": -1,
+                "committed_metadata": metadata,
+            }
+        )
+    return [{"name": name, "partitions": parts} for name, parts in topics.items()]
 
 
 async def complete_transaction(
@@ -557,14 +771,20 @@ async def complete_transaction(
 ) -> None:
     """Commit (or abort) the transaction a producer prepared, from any process.
 
-    Sends EndTxn with the handle's producer id and epoch.  Raises
-    :class:`ProducerFencedError` when the transaction is gone: a newer producer
-    with the same transactional id called ``init_transactions`` (which aborts
-    it), or the coordinator aborted it after ``transaction_timeout_ms``.
+    Sends EndTxn with the handle's producer id and epoch, in the handle's
+    transaction version.  Completing twice in the same way is harmless (the
+    coordinator acknowledges a repeated EndTxn, also with version 2, where the
+    first one bumped the epoch).  Raises :class:`ProducerFencedError` when the
+    transaction is gone: a newer producer with the same transactional id called
+    ``init_transactions`` (which aborts it), or the coordinator aborted it after
+    ``transaction_timeout_ms`` (with version 2, Kafka answers that commit with
+    ``InvalidTxnStateError``); ``InvalidTxnStateError`` when it was completed
+    the other way.  Never returns normally for a transaction it did not complete
+    as asked.
     """
     if not isinstance(handle, TransactionHandle):
         raise TypeError(f"handle must be a TransactionHandle, not {type(handle).__name__}")
-    if handle.transaction_version != TRANSACTION_VERSION:
+    if handle.transaction_version not in (TRANSACTION_VERSION_1, TRANSACTION_VERSION_2):
         raise ValueError(f"transaction version {handle.transaction_version} handles are not supported")
     cluster = Cluster(
         bootstrap_servers,
@@ -577,6 +797,7 @@ async def complete_transaction(
     manager = TransactionManager(
         cluster, identity, request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms
     )
+    manager.transaction_version = handle.transaction_version
     if handle.coordinator_host is not None and handle.coordinator_port is not None:
         manager._coordinators.hints[(TRANSACTION_KEY, handle.transactional_id)] = (
             handle.coordinator_host,

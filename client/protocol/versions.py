@@ -10,7 +10,7 @@ from __future__ import annotations
 from kafkakit.protocol.framing import ApiKey
 
 CLIENT_API_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 11),
+    ApiKey.PRODUCE: (3, 12),  # 13 names topics by id
     ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (1, 12),
@@ -29,8 +29,8 @@ CLIENT_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
-    ApiKey.END_TXN: (0, 4),
-    ApiKey.TXN_OFFSET_COMMIT: (0, 3),
+    ApiKey.END_TXN: (0, 5),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 5),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
