@@ -306,17 +306,20 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
                             source_topic = f"bench-src-{codec}-{uuid.uuid4().hex[:8]}"
                             create_topic(bootstrap, source_topic)
                             spawn_worker({"role": "produce", "client": "confluent", "bootstrap": bootstrap, "topic": source_topic, "records": args.records, "size": args.size, "codec": codec}, timeout)
-                        for client in clients:
-                            times = []
-                            for _ in range(args.runs):
+                        # Rounds interleave the clients (A B C, A B C, ...), so a slow spell of a shared
+                        # machine hits every client of a round rather than all runs of one client.
+                        times: dict[str, list[float]] = {client: [] for client in clients}
+                        for _ in range(args.runs):
+                            for client in clients:
                                 topic = source_topic or f"bench-{client}-{uuid.uuid4().hex[:8]}"
                                 if role == "produce":
                                     create_topic(bootstrap, topic)
                                 spec = {"role": role, "client": client, "bootstrap": bootstrap, "topic": topic, "records": args.records, "size": args.size, "codec": codec}
-                                times.append(spawn_worker(spec, timeout))
+                                times[client].append(spawn_worker(spec, timeout))
+                        for client in clients:
                             key = f"{broker_kind}/{codec}/{client}"
-                            results[role][key] = {"seconds": times, "median": statistics.median(times)}  # type: ignore[index]
-                            rate = args.records / statistics.median(times)
+                            results[role][key] = {"seconds": times[client], "median": statistics.median(times[client])}  # type: ignore[index]
+                            rate = args.records / statistics.median(times[client])
                             print(f"{role:8s} {key:40s} {rate:12,.0f} rec/s {rate * args.size / 1e6:8.1f} MB/s", flush=True)
             finally:
                 server.stop()
@@ -339,6 +342,13 @@ def report(results: dict[str, object], records: int, size: int) -> str:
             for client, rate in rates.items():
                 ratios = " | ".join(f"{rate / rates[p]:.2f}x" for p in peers)
                 lines.append(f"| {client} | {rate:,.0f} | {rate * size / 1e6:.1f} | {ratios} |")
+            ours, theirs = table.get(f"{group}/kafkakit"), table.get(f"{group}/aiokafka")
+            if ours and theirs:  # rounds interleave the clients: a round's ratio pairs runs made close together
+                per_round = [a / k for k, a in zip(ours["seconds"], theirs["seconds"], strict=True)]  # type: ignore[index]
+                lines.append(
+                    f"\nkafkakit / aiokafka by round: {', '.join(f'{r:.2f}x' for r in per_round)}"
+                    f" (median {statistics.median(per_round):.2f}x)"
+                )
     # broker_min against Apache Kafka with the same client (confluent-kafka).
     for role in ("produce", "consume"):
         table = results[role]  # type: ignore[assignment]

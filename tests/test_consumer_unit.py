@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import kafkakit.consumer.fetcher as fetcher_module
 import pytest
 from kafkakit.consumer import Consumer
-from kafkakit.consumer.fetcher import _Chunk, _decode_all, _decode_committed
+from kafkakit.consumer.fetcher import Fetcher, FetcherConfig, PartitionState, _Chunk, _decode_committed
 from kafkakit.errors import CorruptRecordError, IllegalStateError, KafkaConfigError
-from kafkakit.records import build_control_batch, encode_batch, set_base_offset
+from kafkakit.records import (
+    build_control_batch,
+    decode_batch_list,
+    encode_batch,
+    iter_batch_headers,
+    set_base_offset,
+)
 from kafkakit.structs import TopicPartition
 
 TP = TopicPartition("t", 0)
@@ -83,6 +90,22 @@ PID_ABORTED = 7
 PID_COMMITTED = 8
 
 
+def _chunk(data: bytes, fetch_offset: int, next_offset: int, aborted: list[tuple[int, int]] | None) -> _Chunk:
+    return _Chunk(data, fetch_offset, next_offset, aborted, list(iter_batch_headers(data)))
+
+
+def _decode_all(chunk: _Chunk, tp: TopicPartition, check_crc: bool) -> list[Any]:
+    """Every record of the chunk, decoded piece by piece as the fetcher does."""
+    out: list[Any] = []
+    while chunk.next_batch < len(chunk.batches):
+        piece = chunk.next_piece()
+        assert piece
+        out += decode_batch_list(
+            chunk.data, piece, tp.topic, tp.partition, check_crc=check_crc, min_offset=chunk.fetch_offset
+        )
+    return out
+
+
 def _txn_batch(pid: int, base_offset: int, values: list[bytes]) -> bytes:
     batch = encode_batch(
         [(None, v, 1000, []) for v in values],
@@ -115,19 +138,19 @@ def _interleaved_log() -> bytes:
 
 
 def test_read_committed_drops_aborted_transactions_and_markers() -> None:
-    chunk = _Chunk(_interleaved_log(), 0, 7, [(PID_ABORTED, 0)])
+    chunk = _chunk(_interleaved_log(), 0, 7, [(PID_ABORTED, 0)])
     records = _decode_committed(chunk, TP, True)
     assert [(r.offset, r.value) for r in records] == [(2, b"c2"), (3, b"c3"), (6, b"p6")]
 
 
 def test_without_aborted_list_everything_but_markers_is_returned() -> None:
-    chunk = _Chunk(_interleaved_log(), 0, 7, None)
+    chunk = _chunk(_interleaved_log(), 0, 7, None)
     records = _decode_all(chunk, TP, True)
     assert [r.offset for r in records] == [0, 1, 2, 3, 6]
 
 
 def test_records_before_the_fetch_offset_are_dropped() -> None:
-    chunk = _Chunk(
+    chunk = _chunk(
         encode_batch([(None, b"v%d" % i, 1000, []) for i in range(5)], base_offset=10), 12, 15, None
     )
     assert [r.offset for r in _decode_all(chunk, TP, True)] == [12, 13, 14]
@@ -136,7 +159,96 @@ def test_records_before_the_fetch_offset_are_dropped() -> None:
 def test_crc_mismatch_is_reported() -> None:
     batch = bytearray(encode_batch([(None, b"value", 1000, [])]))
     batch[-2] ^= 0xFF
-    chunk = _Chunk(bytes(batch), 0, 1, None)
     with pytest.raises(CorruptRecordError):
-        _decode_all(chunk, TP, True)
-    assert [r.offset for r in _decode_all(chunk, TP, False)] == [0]
+        _decode_all(_chunk(bytes(batch), 0, 1, None), TP, True)
+    assert [r.offset for r in _decode_all(_chunk(bytes(batch), 0, 1, None), TP, False)] == [0]
+
+
+# -- handing out a fetch piece by piece ------------------------------------------------
+
+
+def _fetcher(value_deserializer: Any = None) -> Fetcher:
+    config = FetcherConfig(
+        max_wait_ms=500,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        partition_max_bytes=1 << 20,
+        isolation_level=0,
+        auto_offset_reset="earliest",
+        check_crcs=True,
+        retry_backoff=0.1,
+        request_timeout=30.0,
+        key_deserializer=None,
+        value_deserializer=value_deserializer,
+    )
+    return Fetcher(None, config)  # type: ignore[arg-type]  # draining needs no cluster
+
+
+def _batches(sizes: list[int], base_offset: int) -> bytes:
+    out = []
+    offset = base_offset
+    for size in sizes:
+        out.append(encode_batch([(None, b"v%d" % (offset + i), 1000, []) for i in range(size)], base_offset=offset))
+        offset += size
+    return b"".join(out)
+
+
+def test_getmany_hands_out_a_fetch_one_piece_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without max_records each drain returns the next piece (whole batches up to the piece size);
+    the position follows every record handed out and ends past the trailing control batch."""
+    monkeypatch.setattr(fetcher_module, "_PIECE_RECORDS", 100)
+    data = _batches([60, 30, 50, 250, 10], 100) + _marker(PID_COMMITTED, 500, commit=True)
+    state = PartitionState(TP, 1 << 20)
+    state.seek(100)
+    state.chunks.append(_chunk(data, 100, 501, None))
+    state.buffered_bytes = len(data)
+    fetcher = _fetcher()
+    pieces = []
+    while state.chunks:
+        records = fetcher.drain([state], None).get(TP, [])
+        pieces.append([r.offset for r in records])
+        if state.chunks:
+            assert state.position == pieces[-1][-1] + 1
+    assert [len(p) for p in pieces] == [90, 50, 250, 10]
+    assert sum(pieces, []) == list(range(100, 500))
+    assert state.position == 501 and state.buffered_bytes == 0
+
+
+def test_max_records_cuts_across_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fetcher_module, "_PIECE_RECORDS", 100)
+    data = _batches([60, 30, 50, 250, 10], 0)
+    state = PartitionState(TP, 1 << 20)
+    state.seek(20)  # the fetch started inside the first batch
+    state.chunks.append(_chunk(data, 20, 400, None))
+    fetcher = _fetcher()
+    seen: list[int] = []
+    while state.chunks:
+        records = fetcher.drain([state], 45)[TP]
+        assert 0 < len(records) <= 45
+        seen += [r.offset for r in records]
+        assert state.position == seen[-1] + 1
+    assert seen == list(range(20, 400))
+
+
+def test_a_failing_deserializer_loses_no_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The piece whose deserialization raised is decoded again by the next drain, not skipped."""
+    monkeypatch.setattr(fetcher_module, "_PIECE_RECORDS", 10)
+    failures = [1]
+
+    def flaky(value: bytes) -> str:
+        if value == b"v15" and failures:
+            failures.pop()
+            raise ValueError("bad value")
+        return value.decode()
+
+    data = _batches([10, 10, 10], 0)
+    state = PartitionState(TP, 1 << 20)
+    state.seek(0)
+    state.chunks.append(_chunk(data, 0, 30, None))
+    fetcher = _fetcher(flaky)
+    assert [r.value for r in fetcher.drain([state], None)[TP]] == [f"v{i}" for i in range(10)]
+    with pytest.raises(ValueError, match="bad value"):
+        fetcher.drain([state], None)
+    assert state.position == 10
+    rest = fetcher.drain([state], None)[TP] + fetcher.drain([state], None)[TP]
+    assert [r.value for r in rest] == [f"v{i}" for i in range(10, 30)]

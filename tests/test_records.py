@@ -528,3 +528,132 @@ def test_vectorised_decoder_declines_what_it_cannot_decode() -> None:
     assert _fast(bytes(negative), 0) is None
     with pytest.raises(CorruptRecordError, match="negative value length"):
         decode_batches(negative, "t", 0)
+
+
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.LZ4])
+def test_vectorised_decoder_copies_equal_sized_payloads_exactly(codec: Compression) -> None:
+    """Equal-sized keys and values take the strided numpy copy: NUL bytes (also trailing ones) must survive,
+    and runs of constant stride must be split where the record length changes (offset delta 64, 8192)."""
+    size = 24
+    records = [
+        (bytes([i % 7, 0, 0]), bytes([0, i % 251]) + b"\x00" * (size - 3) + bytes([i % 2]), BASE_TS + i // 100, [])
+        for i in range(9000)
+    ]
+    buf = _fetch_buffer([(records, codec, False, 0), (records[:50], codec, False, 9000)])
+    fast = _fast(buf, 0)
+    assert fast is not None and fast == _reference(buf, 0)
+    assert [r.value for r in fast[:9000]] == [v for _, v, _, _ in records]
+    assert all(type(r.value) is bytes and type(r.key) is bytes for r in fast)
+    assert _fast(buf, 8999) == _reference(buf, 8999)
+    empty = _fetch_buffer([([(b"", b"", BASE_TS, [])] * 40, codec, False, 7)])
+    assert _fast(empty, 0) == _reference(empty, 0)
+
+
+# --- the garbage collector around large decodes (kafkakit.records.gcpolicy) --------------------
+
+import gc  # noqa: E402
+import weakref  # noqa: E402
+
+from kafkakit.records import gcpolicy  # noqa: E402
+
+
+class _Node:
+    """A cyclic object the collector must still reclaim."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def _large_fetch() -> bytes:
+    return _fetch_buffer([([(None, b"v" * 10, BASE_TS, [])] * (gcpolicy.BYPASS_RECORDS + 10), Compression.NONE, False, 0)])
+
+
+def test_large_decode_keeps_records_out_of_the_young_generations() -> None:
+    data = _large_fetch()
+    assert gc.isenabled()
+    records = decode_batches(data, "t", 0)
+    assert len(records) == gcpolicy.BYPASS_RECORDS + 10
+    young = {id(o) for o in gc.get_objects(generation=0)} | {id(o) for o in gc.get_objects(generation=1)}
+    assert not any(id(r) in young for r in records[:: len(records) // 50])
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_young_cyclic_garbage_is_still_collected_around_large_decodes() -> None:
+    node = _Node()
+    dead = weakref.ref(node)
+    del node  # unreachable cycle in the young generation, not collected yet
+    decode_batches(_large_fetch(), "t", 0)
+    assert dead() is None, "the collection before a large decode must reclaim young cycles"
+
+
+def test_full_collections_still_happen_when_only_decodes_allocate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gcpolicy, "_FULL_COLLECTION_EVERY", 3)
+    data = _large_fetch()
+    before = gc.get_stats()[2]["collections"]
+    for _ in range(5):
+        decode_batches(data, "t", 0)
+    assert gc.get_stats()[2]["collections"] > before
+
+
+def test_an_application_that_disabled_or_froze_the_collector_is_left_alone() -> None:
+    data = _large_fetch()
+    gc.disable()
+    try:
+        decode_batches(data, "t", 0)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    keep = [_Node() for _ in range(10)]
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        decode_batches(data, "t", 0)
+        assert gc.get_freeze_count() == frozen and gc.isenabled()
+    finally:
+        gc.unfreeze()
+    del keep
+
+
+# --- the uniform-records encoder vs the reference loop -------------------------------------------
+
+from kafkakit.records import fastencode  # noqa: E402
+from kafkakit.records.encoder import _encode_records, _encode_records_slowly  # noqa: E402
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(
+    count=st.sampled_from([fastencode.MIN_RECORDS, 63, 64, 65, 200, 8191, 8193]),
+    length=st.sampled_from([0, 1, 62, 63, 64, 100, 8200]),
+    deltas=st.lists(st.integers(min_value=0, max_value=63), min_size=1, max_size=50),
+    fill=st.binary(min_size=1, max_size=8),
+)
+def test_uniform_encoder_matches_the_loop(count: int, length: int, deltas: list[int], fill: bytes) -> None:
+    """Null keys, no headers, equal lengths: the numpy encoder must write the loop's bytes exactly
+    (offset deltas crossing the 1/2-byte varint widths at 64 and 8192, value lengths at 64)."""
+    records = [
+        (None, (fill * (length // len(fill) + 1))[:length], BASE_TS + (deltas[i % len(deltas)] if i else 0), ())
+        for i in range(count)
+    ]
+    fast = fastencode.encode_uniform_records(records)
+    assert fast is not None
+    assert fast == _encode_records_slowly(records)
+
+
+def test_uniform_encoder_declines_other_records() -> None:
+    """Anything but the uniform shape goes to the loop (same bytes via _encode_records)."""
+    n = fastencode.MIN_RECORDS
+    cases = [
+        [(None, b"abc", BASE_TS + (64 if i == 5 else 0), ()) for i in range(n)],  # a 2-byte timestamp delta
+        [(None, b"abc", BASE_TS - (1 if i == 5 else 0), ()) for i in range(n)],  # a negative delta
+        [(None, b"abc" * (1 + i % 2), BASE_TS, ()) for i in range(n)],  # lengths differ
+        [(b"k" if i == 3 else None, b"abc", BASE_TS, ()) for i in range(n)],  # a key
+        [(None, b"abc", BASE_TS, [("h", b"1")] if i == 3 else ()) for i in range(n)],  # headers
+        [(None, None if i == 3 else b"abc", BASE_TS, ()) for i in range(n)],  # a null value
+    ]
+    for records in cases:
+        assert fastencode.encode_uniform_records(records) is None
+        assert _encode_records(records) == _encode_records_slowly(records)
+    with pytest.raises(TypeError):
+        _encode_records([(None, "text", BASE_TS, ())] * n)
+    as_bytearray = [(None, bytearray(b"abc"), BASE_TS, ())] * n
+    assert fastencode.encode_uniform_records(as_bytearray) == _encode_records_slowly(as_bytearray)

@@ -98,6 +98,36 @@ async def test_read_committed_sees_committed_transactions_only(bootstrap: str, t
     assert await read_values(bootstrap, topic, 5, "read_uncommitted") == [b"c0", b"c1", b"a0", b"a1", b"c2"]
 
 
+async def test_read_committed_drops_interleaved_aborts_in_first_offset_order(bootstrap: str, topic: str) -> None:
+    """Aborted transactions are matched in first-offset order, not producer-id order.
+
+    The producer with the lower id aborts the later transaction: a consumer that
+    walked the aborted list by producer id handed the earlier transaction's
+    records to the application.
+    """
+    await setup_topic(bootstrap, topic)
+    async with txn_producer(bootstrap) as low, txn_producer(bootstrap) as high, txn_producer(bootstrap) as clean:
+        await low.init_transactions()
+        await high.init_transactions()
+        await clean.init_transactions()
+        assert low._identity is not None and high._identity is not None
+        assert low._identity.producer_id < high._identity.producer_id
+        high.begin_transaction()
+        await (await high.send(topic, b"high-aborted", partition=0))
+        low.begin_transaction()
+        await (await low.send(topic, b"low-aborted", partition=0))
+        await high.abort_transaction()
+        await low.abort_transaction()
+        async with clean.transaction():
+            await clean.send(topic, b"committed", partition=0)
+    assert await read_values(bootstrap, topic, 1, "read_committed") == [b"committed"]
+    assert sorted(await read_values(bootstrap, topic, 3, "read_uncommitted")) == [
+        b"committed",
+        b"high-aborted",
+        b"low-aborted",
+    ]
+
+
 async def test_transaction_context_aborts_on_exception(bootstrap: str, topic: str) -> None:
     await setup_topic(bootstrap, topic, 2)
     async with txn_producer(bootstrap) as producer:

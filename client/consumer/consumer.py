@@ -20,7 +20,9 @@ from kafkakit.errors import (
     ConsumerStoppedError,
     IllegalStateError,
     KafkaConfigError,
+    KafkaError,
 )
+from kafkakit.protocol.framing import ApiKey, request_class, response_class
 from kafkakit.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 from .assignors import CooperativeStickyAssignor, RangeAssignor
@@ -257,10 +259,27 @@ class Consumer:
         if self._started:
             return
         await self._cluster.start()
+        await self._load_codecs()
         self._fetcher.start()
         if self._group is not None:
             self._group.start()
         self._started = True
+
+    async def _load_codecs(self) -> None:
+        """Load the Fetch and ListOffsets schemas now, not inside the first ``getmany``.
+
+        kio imports a schema module on first use: some 50 ms for these two,
+        which would otherwise delay the first records. Best effort: a broker
+        that cannot be reached now is handled by the fetcher later.
+        """
+        try:
+            conn = await self._cluster.any_connection()
+            for api_key in (ApiKey.FETCH, ApiKey.LIST_OFFSETS):
+                version = conn.version(api_key)
+                request_class(api_key, version)
+                response_class(api_key, version)
+        except KafkaError:
+            pass
 
     async def stop(self) -> None:
         """Leave the group (committing and revoking first, see ``leave_group_on_close``), stop
@@ -541,9 +560,11 @@ class Consumer:
     ) -> dict[TopicPartition, list[Record]]:
         """Buffered records by partition, waiting up to ``timeout_ms`` when none are buffered.
 
-        ``max_records`` (default ``max_poll_records``, else unlimited) caps the
-        total. Raises a stored fetch error (e.g. OffsetOutOfRangeError with
-        ``auto_offset_reset="none"``) once.
+        ``max_records`` (default ``max_poll_records``) caps the total; without
+        a cap each partition gives its next decoded piece (whole batches, about
+        4,096 records), not everything buffered, so the records are still in
+        the CPU cache when the application reads them. Raises a stored fetch
+        error (e.g. OffsetOutOfRangeError with ``auto_offset_reset="none"``) once.
         """
         self._check_running()
         if max_records is None:

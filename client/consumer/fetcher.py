@@ -5,7 +5,10 @@ flight, covering every assigned, unpaused partition it leads whose buffered
 bytes are below the prefetch threshold. Responses are stored undecoded (one
 :class:`_Chunk` per partition and response); records are decoded only when the
 application drains them in ``getmany``, so decoding never competes with
-fetching and data that a ``seek`` throws away is never decoded.
+fetching and data that a ``seek`` throws away is never decoded. A chunk is
+decoded a piece (a few thousand records) at a time, and ``getmany`` without
+``max_records`` hands out one piece per partition, so the application reads
+records while they are still in the CPU cache.
 
 Each partition keeps two offsets: ``position`` (the next record handed to the
 application) and ``fetch_offset`` (the next offset to request, past whatever
@@ -31,7 +34,14 @@ from kafkakit.errors import (
     for_code,
 )
 from kafkakit.protocol.framing import ApiKey
-from kafkakit.records import decode_batch, decode_batches, iter_batch_headers, read_control_type, verify_crc
+from kafkakit.records import (
+    BatchHeader,
+    decode_batch,
+    decode_batch_list,
+    iter_batch_headers,
+    read_control_type,
+    verify_crc,
+)
 from kafkakit.structs import ConsumerRecord, TopicPartition
 
 from .offsets import EARLIEST, LATEST, READ_COMMITTED, list_offsets
@@ -102,20 +112,49 @@ class FetcherConfig:
         self.value_deserializer = value_deserializer
 
 
-class _Chunk:
-    """The records bytes one Fetch response returned for one partition."""
+#: A decoding step takes whole batches up to about this many records (at least one batch) ...
+_PIECE_RECORDS = 4096
+#: ... or this many bytes on the wire. Records handed out in such small steps are still in the
+#: CPU cache when the application reads them (decoding a whole 8 MiB fetch at once is ~30% slower).
+_PIECE_BYTES = 1 << 20
 
-    __slots__ = ("data", "fetch_offset", "next_offset", "aborted", "records", "index")
+
+class _Chunk:
+    """The records bytes one Fetch response returned for one partition, decoded a piece at a time."""
+
+    __slots__ = ("data", "fetch_offset", "next_offset", "aborted", "batches", "next_batch", "records", "index")
 
     def __init__(
-        self, data: bytes, fetch_offset: int, next_offset: int, aborted: list[tuple[int, int]] | None
+        self,
+        data: bytes,
+        fetch_offset: int,
+        next_offset: int,
+        aborted: list[tuple[int, int]] | None,
+        batches: list[tuple[int, BatchHeader]],
     ) -> None:
         self.data = data
         self.fetch_offset = fetch_offset  # records below it belong to an earlier position
         self.next_offset = next_offset  # one past the last complete batch
         self.aborted = aborted  # (producer id, first offset) of aborted transactions, read_committed only
-        self.records: list[Record] | None = None  # decoded lazily
+        self.batches = batches  # (position, header) of every complete batch in data
+        self.next_batch = 0  # batches[next_batch:] are not decoded yet
+        self.records: list[Record] = []  # the decoded piece being handed out
         self.index = 0  # records[:index] were handed out
+
+    def next_piece(self) -> list[tuple[int, BatchHeader]]:
+        """The next batches to decode: at least one, more while they stay within the piece limits."""
+        batches = self.batches
+        first = stop = self.next_batch
+        count = size = 0
+        while stop < len(batches):
+            header = batches[stop][1]
+            count += header.record_count
+            size += header.batch_length
+            if stop > first and (count > _PIECE_RECORDS or size > _PIECE_BYTES):
+                break
+            stop += 1
+        self.next_batch = stop
+        return batches[first:stop]
 
 
 class PartitionState:
@@ -358,40 +397,65 @@ class Fetcher:
         return result
 
     def _drain_partition(self, state: PartitionState, budget: int) -> list[Record]:
+        """Up to ``budget`` records of ``state`` (budget < 0: the next decoded piece, whole)."""
         out: list[Record] = []
         chunks = state.chunks
         while chunks and budget != 0:
             chunk = chunks[0]
             records = chunk.records
-            if records is None:
-                records = chunk.records = self._decode(state, chunk)
             start = chunk.index
+            if start == len(records):
+                if chunk.next_batch < len(chunk.batches):
+                    records = chunk.records = self._decode(state, chunk)
+                    start = chunk.index = 0
+                    if not records:
+                        continue
+                else:
+                    self._finish_chunk(state)
+                    continue
             left = len(records) - start
             if budget < 0 or left <= budget:
                 taken = records if start == 0 else records[start:]
-                chunks.popleft()
-                state.buffered_bytes -= len(chunk.data)
-                state.position = chunk.next_offset
-                self._wake()
+                chunk.index = len(records)
             else:
                 taken = records[start : start + budget]
                 chunk.index = start + budget
-                state.position = taken[-1].offset + 1
+            state.position = taken[-1].offset + 1
+            if chunk.index == len(records) and chunk.next_batch == len(chunk.batches):
+                self._finish_chunk(state)
             if out:
                 out.extend(taken)
             else:
                 out = taken
-            if budget > 0:
-                budget -= len(taken)
+            if budget < 0:
+                break  # one piece per call: the application reads it while it is still in the CPU cache
+            budget -= len(taken)
         return out
+
+    def _finish_chunk(self, state: PartitionState) -> None:
+        """Drop the fully handed-out first chunk; the position moves past it (and its control batches)."""
+        chunk = state.chunks.popleft()
+        state.buffered_bytes -= len(chunk.data)
+        state.position = chunk.next_offset
+        self._wake()
 
     def _decode(self, state: PartitionState, chunk: _Chunk) -> list[Record]:
         tp = state.tp
+        check_crcs = self._config.check_crcs
+        first = chunk.next_batch
         try:
             if chunk.aborted:
-                records = _decode_committed(chunk, tp, self._config.check_crcs)
+                chunk.next_batch = len(chunk.batches)  # the aborted-transaction walk needs every batch in order
+                records = _decode_committed(chunk, tp, check_crcs)
             else:
-                records = _decode_all(chunk, tp, self._config.check_crcs)
+                records = decode_batch_list(
+                    chunk.data,
+                    chunk.next_piece(),
+                    tp.topic,
+                    tp.partition,
+                    check_crc=check_crcs,
+                    min_offset=chunk.fetch_offset,
+                )
         except CorruptRecordError:
             # Do not skip past a corrupt batch silently: the app sees the error and may seek.
             state.seek(state.position)
@@ -399,7 +463,11 @@ class Fetcher:
         key_des = self._config.key_deserializer
         value_des = self._config.value_deserializer
         if key_des is not None or value_des is not None:
-            records = _deserialized(records, key_des, value_des)
+            try:
+                records = _deserialized(records, key_des, value_des)
+            except BaseException:
+                chunk.next_batch = first  # the next getmany decodes (and fails on) the same records again
+                raise
         return records
 
     async def wait_for_data(self, timeout: float | None) -> None:
@@ -565,24 +633,29 @@ class Fetcher:
         data = p.records
         if not data or fetch_offset is None:
             return False
-        next_offset = -1
+        if type(data) is not bytes:
+            data = bytes(data)
         try:
-            for _pos, header in iter_batch_headers(data):
-                next_offset = header.base_offset + header.last_offset_delta + 1
+            batches = list(iter_batch_headers(data))
         except CorruptRecordError as exc:
             state.error = exc
             self._data_ready.set()
             return False
-        if next_offset < 0:
+        if not batches:
             self._grow_fetch_size(state, len(data))
             return False
+        last = batches[-1][1]
+        next_offset = last.base_offset + last.last_offset_delta + 1
         state.max_bytes = self._config.partition_max_bytes
         if next_offset <= fetch_offset:
             return False  # nothing at or past the fetch offset (should not happen)
         aborted = None
         if self._config.isolation_level == READ_COMMITTED and p.aborted_transactions:
-            aborted = sorted((int(a.producer_id), int(a.first_offset)) for a in p.aborted_transactions)
-        state.chunks.append(_Chunk(data, fetch_offset, next_offset, aborted))
+            # In first-offset order: the walk in _decode_committed relies on it.
+            aborted = sorted(
+                ((int(a.producer_id), int(a.first_offset)) for a in p.aborted_transactions), key=lambda a: a[1]
+            )
+        state.chunks.append(_Chunk(data, fetch_offset, next_offset, aborted, batches))
         state.buffered_bytes += len(data)
         state.fetch_offset = next_offset
         self._data_ready.set()
@@ -640,16 +713,9 @@ def _deserialized(
     return [r._replace(key=key_des(r.key), value=value_des(r.value)) for r in records]
 
 
-def _decode_all(chunk: _Chunk, tp: TopicPartition, check_crc: bool) -> list[Record]:
-    """Every data record of the chunk at or after its fetch offset (control batches skipped)."""
-    records: list[Record] = decode_batches(
-        chunk.data, tp.topic, tp.partition, check_crc=check_crc, min_offset=chunk.fetch_offset
-    )
-    return records
-
-
 def _decode_committed(chunk: _Chunk, tp: TopicPartition, check_crc: bool) -> list[Record]:
-    """Like :func:`_decode_all`, but drops batches of aborted transactions (read_committed).
+    """Every data record of the chunk at or after its fetch offset, without the batches of aborted
+    transactions (read_committed); decoded whole, not piece by piece.
 
     Follows the Java consumer: aborted transactions are taken in first-offset
     order; a producer joins the aborted set when its transaction's first offset

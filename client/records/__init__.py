@@ -7,7 +7,14 @@ datetime object per record and supports no compression.
 """
 
 from .compression import XERIAL_MAGIC, Compression, compress, decompress
-from .decoder import RawRecord, decode_batch, decode_batches, decode_raw_records, read_control_type
+from .decoder import (
+    RawRecord,
+    decode_batch,
+    decode_batch_list,
+    decode_batches,
+    decode_raw_records,
+    read_control_type,
+)
 from .encoder import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
@@ -44,6 +51,7 @@ __all__ = [
     "build_control_batch",
     "compress",
     "decode_batch",
+    "decode_batch_list",
     "decode_batches",
     "decode_raw_records",
     "decompress",

@@ -23,6 +23,8 @@ from crc32c import crc32c
 from kafkakit.errors import KafkaConfigError
 
 from .compression import Compression, compress
+from .fastencode import MIN_RECORDS as UNIFORM_MIN_RECORDS
+from .fastencode import encode_uniform_records
 from .header import (
     CONTROL_MASK,
     HEADER_SIZE,
@@ -307,6 +309,15 @@ class BatchBuilder:
 
 def _encode_records(records: Sequence[RecordTuple]) -> tuple[bytes, int, int]:
     """Records section of ``records``; returns (bytes, base timestamp, max timestamp)."""
+    if len(records) >= UNIFORM_MIN_RECORDS:
+        uniform = encode_uniform_records(records)
+        if uniform is not None:
+            return uniform
+    return _encode_records_slowly(records)
+
+
+def _encode_records_slowly(records: Sequence[RecordTuple]) -> tuple[bytes, int, int]:
+    """The reference loop of :func:`_encode_records`: any records, one at a time."""
     base_ts = records[0][2]
     max_ts = base_ts
     parts: list[bytes] = []

@@ -1,0 +1,195 @@
+"""Streaming pipeline throughput, topic A -> transform -> topic B: kafkakit.spark's sink, exactly-once and not.
+
+Pipelines, all in one Spark session (local[2]) against the same broker and input topic, in the same run:
+
+- ``kafkakit-eos``: kafkakit source -> kafkakit sink with ``exactlyOnce=true``;
+- ``kafkakit``: kafkakit source -> kafkakit sink, at-least-once (idempotent producer);
+- ``spark``: Spark's built-in Kafka connector, source and sink (at-least-once, its only mode).
+
+Each is a streaming query with ``trigger(availableNow=True)`` and
+``maxOffsetsPerTrigger`` = records / batches, writing ``upper(value)`` to a
+fresh output topic; the clock runs from ``start()`` to the end of the last
+micro-batch.  The output is counted afterwards with a read_committed batch read.
+Spark's connector jars come from benchmarks/spark_read.py (Maven, cached).
+
+    python benchmarks/spark_sink.py                      # 2,000,000 x 100 B, 10 batches, broker_min and kafka
+    python benchmarks/spark_sink.py --smoke              # seconds: broker_min, 20,000 records, kafkakit only
+    python benchmarks/spark_sink.py --brokers kafka --records 5000000 --pipelines kafkakit-eos,spark
+
+Prints records/s per pipeline and the ratios to Spark's connector.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import spark_read  # noqa: E402  (shares broker start-up, topic filling and the connector jars)
+
+PIPELINES = ("kafkakit-eos", "kafkakit", "spark")
+
+
+def run_pipeline(
+    spark: Any, pipeline: str, bootstrap: str, args: argparse.Namespace, workdir: Path
+) -> dict[str, Any]:
+    output = f"sink-bench-{pipeline}-{uuid.uuid4().hex[:8]}"
+    fmt = "kafka" if pipeline == "spark" else "kafkakit"
+    stream = (
+        spark.readStream.format(fmt)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", spark_read.TOPIC)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(max(1, args.records // args.batches)))
+        .load()
+        .selectExpr("key", "upper(cast(value as string)) as value")
+    )
+    writer = (
+        stream.writeStream.format(fmt)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", output)
+        .option("checkpointLocation", str(workdir / f"checkpoint-{output}"))
+        .trigger(availableNow=True)
+    )
+    if pipeline == "kafkakit-eos":
+        writer = writer.option("exactlyOnce", "true").option("transactionalIdPrefix", output)
+    if pipeline == "spark":
+        writer = writer.option("kafka.linger.ms", "5").option("kafka.batch.size", str(1 << 20))
+    started = time.perf_counter()
+    query = writer.start()
+    query.awaitTermination()
+    seconds = time.perf_counter() - started
+    if query.exception() is not None:
+        raise RuntimeError(f"{pipeline}: {query.exception()}")
+    batches = len([p for p in query.recentProgress if p["numInputRows"]])
+    written = (
+        spark.read.format("kafkakit")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", output)
+        .load()
+        .count()
+    )
+    return {
+        "seconds": seconds,
+        "batches": batches,
+        "written": written,
+        "records_per_s": args.records / seconds,
+    }
+
+
+def warm_up(spark: Any, bootstrap: str, pipelines: list[str]) -> None:
+    """Untimed: start Spark's Python workers and JVM code paths (the first query pays ~20 s for them)."""
+    df = spark.range(1000).selectExpr("cast(id as string) as value")
+    for pipeline in pipelines:
+        fmt = "kafka" if pipeline == "spark" else "kafkakit"
+        writer = (
+            df.write.format(fmt)
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("topic", "sink-bench-warm-up")
+        )
+        if pipeline == "kafkakit-eos":
+            writer = writer.option("exactlyOnce", "true").option(
+                "transactionalIdPrefix", "sink-bench-warm-up"
+            )
+        writer.mode("append").save()
+        spark.read.format(fmt).option("kafka.bootstrap.servers", bootstrap).option(
+            "subscribe", "sink-bench-warm-up"
+        ).load().count()
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    import pyspark
+    from kafkakit.spark import local_session
+
+    pipelines = args.pipelines.split(",")
+    conf = {"spark.driver.memory": "2g"}
+    results: dict[str, Any] = {"args": vars(args), "pyspark": pyspark.__version__, "brokers": {}}
+    if "spark" in pipelines:
+        version, jars = spark_read.connector_jars(pyspark.__version__)
+        conf["spark.jars"] = ",".join(str(j) for j in jars)
+        results["connector"] = version
+    spark = local_session("kafkakit-spark-sink-bench", args.master, **conf)
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        with tempfile.TemporaryDirectory(prefix="kafkakit-spark-sink-bench-") as tmp:
+            for kind in args.brokers.split(","):
+                server = spark_read.start_broker(kind, Path(tmp))
+                try:
+                    bootstrap = server.bootstrap_servers
+                    asyncio.run(spark_read.fill_topic(bootstrap, args.records, args.size, args.partitions))
+                    warm_up(spark, bootstrap, pipelines)
+                    out: dict[str, Any] = {}
+                    for run in range(args.runs):
+                        for pipeline in pipelines:
+                            result = run_pipeline(spark, pipeline, bootstrap, args, Path(tmp))
+                            print(f"  {kind} run {run + 1} {pipeline}: {result}", flush=True)
+                            if result["written"] != args.records:
+                                raise RuntimeError(
+                                    f"{pipeline} wrote {result['written']} of {args.records} records"
+                                )
+                            best = out.get(pipeline)
+                            if best is None or result["records_per_s"] > best["records_per_s"]:
+                                out[pipeline] = result
+                    results["brokers"][kind] = out
+                finally:
+                    server.stop()
+    finally:
+        spark.stop()
+    return results
+
+
+def report(results: dict[str, Any]) -> None:
+    args = results["args"]
+    print(
+        f"\n{args['records']:,} records x {args['size']} B, {args['batches']} micro-batches, "
+        f"{args['partitions']} partitions, {args['master']}, pyspark {results['pyspark']}, best of {args['runs']}\n"
+    )
+    print("| broker | pipeline | records/s | seconds | vs Spark connector |")
+    print("|---|---|---:|---:|---:|")
+    for kind, out in results["brokers"].items():
+        spark = out.get("spark")
+        for pipeline, r in out.items():
+            ratio = f"{r['records_per_s'] / spark['records_per_s']:.2f}x" if spark else "-"
+            print(f"| {kind} | {pipeline} | {r['records_per_s']:,.0f} | {r['seconds']:.1f} | {ratio} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--batches", type=int, default=10)
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--brokers", default="broker_min,kafka", help="comma-separated: broker_min, kafka")
+    parser.add_argument(
+        "--pipelines", default=",".join(PIPELINES), help=f"comma-separated: {', '.join(PIPELINES)}"
+    )
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--smoke", action="store_true", help="seconds: 20,000 records, broker_min, kafkakit pipelines"
+    )
+    args = parser.parse_args()
+    if args.smoke:
+        args.records, args.batches, args.runs = 20_000, 2, 1
+        args.brokers, args.pipelines = "broker_min", "kafkakit-eos,kafkakit"
+    results = measure(args)
+    report(results)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
