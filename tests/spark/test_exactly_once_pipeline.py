@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.spark.versions import requires_read_limit_api
+
 REPO = Path(__file__).resolve().parent.parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
@@ -139,6 +141,7 @@ def _run_until(proc: subprocess.Popen[str], signal_file: Path | None, log: Path,
             _kill_session(proc)
 
 
+@requires_read_limit_api
 @pytest.mark.timeout(900)
 def test_exactly_once_through_task_worker_and_driver_failures(broker: object, tmp_path: Path) -> None:
     from tests.brokers import new_topic_name

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from kafkakit import Admin, NewTopic, Producer
 
+from tests.spark.versions import requires_read_limit_api
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -237,6 +239,7 @@ def _available_now(df: DataFrame, checkpoint: Path, collector: _Collector) -> No
         query.stop()
 
 
+@requires_read_limit_api
 def test_stream_limits_batches_and_restarts_from_checkpoint(
     spark: SparkSession, broker: RunningBroker, topic_factory: Callable[[], str], tmp_path: Path
 ) -> None:

@@ -28,6 +28,8 @@ from kafkakit.spark.offsets import (
 from kafkakit.spark.source import Planner, SourceConfig, parse_options
 from kafkakit.structs import TopicPartition
 
+from tests.spark.versions import requires_read_limit_api
+
 T0, T1 = TopicPartition("a", 0), TopicPartition("a", 1)
 
 
@@ -201,6 +203,7 @@ def _stream_reader(**options: str) -> tuple[Any, _FakePlanner]:
     return reader, planner
 
 
+@requires_read_limit_api
 def test_stream_offsets_limits_new_partitions_and_never_backwards() -> None:
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
@@ -222,6 +225,7 @@ def test_stream_offsets_limits_new_partitions_and_never_backwards() -> None:
     assert sorted((p.topic, p.partition, p.start, p.end) for p in parts) == [("a", 1, 2, 10), ("b", 0, 4, 14)]
 
 
+@requires_read_limit_api
 def test_available_now_stops_at_the_target() -> None:
     from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
 
