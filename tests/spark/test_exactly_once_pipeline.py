@@ -31,11 +31,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark.versions import requires_read_limit_api
-
+# This file is also the child query's script (python tests/spark/...): make `tests` importable.
 REPO = Path(__file__).resolve().parent.parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+from tests.spark.versions import requires_read_limit_api  # noqa: E402
 
 BATCHES = 4
 PER_BATCH = 40
