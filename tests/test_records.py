@@ -607,8 +607,11 @@ def test_an_application_that_disabled_or_froze_the_collector_is_left_alone() -> 
     gc.freeze()
     try:
         frozen = gc.get_freeze_count()
-        decode_batches(data, "t", 0)
-        assert gc.get_freeze_count() == frozen and gc.isenabled()
+        records = len(decode_batches(data, "t", 0))
+        # Frozen objects that other threads free meanwhile leave the count; an unfreeze would
+        # empty it, and freezing the records would add thousands.
+        assert records >= gcpolicy.BYPASS_RECORDS
+        assert frozen - 100 <= gc.get_freeze_count() <= frozen and gc.isenabled()
     finally:
         gc.unfreeze()
     del keep

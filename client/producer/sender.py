@@ -29,7 +29,9 @@ Idempotence (``identity`` given): each batch gets its partition's next
 sequence number when first drained and keeps it (and its encoding) across
 retries; coalescing is off so a resent batch is byte-identical.  Up to
 ``max_in_flight`` (at most 5, the broker's window) batches of a partition may
-be in flight.  As in Java, a batch put back for a retry is resent only when it
+be in flight, once the partition has acknowledged a batch of the current producer
+id/epoch (before that, one: a broker takes any first sequence from a producer it
+has no state for).  As in Java, a batch put back for a retry is resent only when it
 is its partition's first unacknowledged batch (the lowest sequence sent and not
 completed): the retries behind it wait for its answer, so none overtakes it.
 DUPLICATE_SEQUENCE_NUMBER counts as success; OUT_OF_ORDER_SEQUENCE_NUMBER or
@@ -306,6 +308,11 @@ class Sender:
         head = pq.batches[0]
         if head.base_sequence >= 0:
             return head is not self._first_unacked(pq.tp)
+        if pq.acked_sequence == 0:
+            # A broker accepts any first sequence from a producer id it has no state for, so
+            # until the partition acknowledged a batch of this producer id/epoch only one goes:
+            # a failed first batch (e.g. a new topic's leader not ready) could be overtaken.
+            return True
         return pq.in_flight >= self._max_in_flight
 
     def _first_unacked(self, tp: TopicPartition) -> ProducerBatch | None:

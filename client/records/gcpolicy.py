@@ -59,7 +59,8 @@ def gc_paused(records: int) -> Iterator[None]:
     try:
         yield
     finally:
-        if bypass:
+        # Checked again: the application may have frozen objects while we decoded (another thread).
+        if bypass and gc.get_freeze_count() == 0:
             gc.freeze()  # every tracked object, the new records included, to the permanent generation ...
             gc.unfreeze()  # ... and from there to the oldest one: the young generations are left empty
         gc.enable()
