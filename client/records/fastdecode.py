@@ -71,17 +71,13 @@ def decode_sections(
     """
     if not sections:
         return []
-    if any(abs(s.base_offset) > _SAFE_BASE or abs(s.base_timestamp) > _SAFE_BASE for s in sections):
+    decoded = decode_columns(sections, read_headers)
+    if decoded is None:
         return None
-    data, sections = _one_buffer(sections)
-    arr: ByteArray = np.frombuffer(data, np.uint8)
-    starts: list[IntArray] = []
-    for section in sections:
-        found = _record_starts(data, arr, section)
-        if found is None:
-            return None
-        starts.append(found)
-    return _decode_fields(data, arr, sections, starts, topic, partition, min_offset, read_headers)
+    data, _arr, columns = decoded
+    if min_offset > min(s.base_offset for s in sections):  # a fetch may start in the middle of a batch
+        columns = _keep_from(columns, min_offset)
+    return _build(data, columns, topic, partition)
 
 
 def decode_columns(
@@ -241,24 +237,6 @@ class RecordColumns(NamedTuple):
     value_starts: IntArray
     value_sizes: IntArray
     headers: list[tuple[Header, ...]] | None
-
-
-def _decode_fields(
-    data: bytes,
-    arr: ByteArray,
-    sections: Sequence[Section],
-    starts: list[IntArray],
-    topic: str,
-    partition: int,
-    min_offset: int,
-    read_headers: HeaderReader,
-) -> list[ConsumerRecord[Any, Any]] | None:
-    fields = _parse(data, arr, sections, starts, read_headers)
-    if fields is None:
-        return None
-    if min_offset > min(s.base_offset for s in sections):  # a fetch may start in the middle of a batch
-        fields = _keep_from(fields, min_offset)
-    return _build(data, fields, topic, partition)
 
 
 def _parse(
