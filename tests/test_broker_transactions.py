@@ -25,49 +25,16 @@ from kafkakit.broker.coordinators.txn_records import (
     encode_txn_value,
 )
 from kafkakit.broker.handlers import HANDLERS
-from kafkakit.broker.handlers.base import make, nested
-from kafkakit.protocol import decode_response, encode_request, request_class
+from kafkakit.protocol import encode_request
 from kafkakit.records import decode_batches, encode_batch, iter_batch_headers
 from kio.schema.errors import ErrorCode
 
 from tests.brokers import BrokerMinProcess
+from tests.raw_protocol import RawClient, req, sub
 
 MS = datetime.timedelta(milliseconds=1)
 TOPIC = "txn"
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
-
-
-class RawClient:
-    """One TCP connection sending kio requests and reading their responses in order."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-        self._next_id = 0
-
-    @classmethod
-    async def connect(cls, broker: Broker) -> RawClient:
-        reader, writer = await asyncio.open_connection("127.0.0.1", broker.port)
-        return cls(reader, writer)
-
-    async def call(self, payload: Any) -> Any:
-        self._next_id += 1
-        self.writer.write(encode_request(self._next_id, "txn-test", payload))
-        (size,) = struct.unpack(">i", await asyncio.wait_for(self.reader.readexactly(4), 5))
-        body = await asyncio.wait_for(self.reader.readexactly(size), 5)
-        correlation_id, response = decode_response(payload.__api_key__, payload.__version__, body)
-        assert correlation_id == self._next_id
-        return response
-
-    def close(self) -> None:
-        self.writer.close()
-
-
-def req(api_key: int, version: int, **fields: Any) -> Any:
-    return make(request_class(api_key, version), **fields)
-
-
-def sub(api_key: int, version: int, entity: str, **fields: Any) -> Any:
-    return make(nested(request_class(api_key, version), entity), **fields)
 
 
 def txn_batch(pid: int, epoch: int, seq: int, count: int = 2, tag: str = "v") -> bytes:

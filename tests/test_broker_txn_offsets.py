@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import struct
 import subprocess
 import time
 import uuid
@@ -24,10 +23,8 @@ from kafkakit.broker import Broker
 from kafkakit.broker.config import BrokerConfig
 from kafkakit.broker.coordinators.transactions import TxnState
 from kafkakit.broker.coordinators.txn_records import TxnLogValue, encode_txn_key, encode_txn_value
-from kafkakit.broker.handlers.base import make, nested
 from kafkakit.broker.log import LogConfig, LogManager, LogStorageError
 from kafkakit.errors import KafkaConfigError
-from kafkakit.protocol import decode_response, encode_request, request_class
 from kafkakit.records import (
     CONTROL_COMMIT,
     decode_batches,
@@ -38,6 +35,7 @@ from kafkakit.records import (
 from kio.schema.errors import ErrorCode
 
 from tests.brokers import BrokerMinProcess, RunningBroker, ensure_kafka_jars, missing_kafka_tools
+from tests.raw_protocol import RawClient, req, sub
 
 MS = datetime.timedelta(milliseconds=1)
 READ_COMMITTED = 1
@@ -54,36 +52,10 @@ _RETRIABLE = (
 )
 
 
-class Raw:
-    """One connection sending kio requests and reading the answers in order."""
+class Raw(RawClient):
+    """A raw connection that waits longer: these tests restart brokers."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer, self._next_id = reader, writer, 0
-
-    @classmethod
-    async def connect(cls, bootstrap: str) -> Raw:
-        host, port = bootstrap.rsplit(":", 1)
-        return cls(*await asyncio.open_connection(host, int(port)))
-
-    async def call(self, payload: Any) -> Any:
-        self._next_id += 1
-        self.writer.write(encode_request(self._next_id, "txn-offsets-test", payload))
-        (size,) = struct.unpack(">i", await asyncio.wait_for(self.reader.readexactly(4), 30))
-        body = await asyncio.wait_for(self.reader.readexactly(size), 30)
-        correlation_id, response = decode_response(payload.__api_key__, payload.__version__, body)
-        assert correlation_id == self._next_id
-        return response
-
-    def close(self) -> None:
-        self.writer.close()
-
-
-def req(api_key: int, version: int, **fields: Any) -> Any:
-    return make(request_class(api_key, version), **fields)
-
-
-def sub(api_key: int, version: int, entity: str, **fields: Any) -> Any:
-    return make(nested(request_class(api_key, version), entity), **fields)
+    timeout = 30.0
 
 
 def txn_batch(pid: int, epoch: int, seq: int, count: int = 2, tag: str = "v") -> bytes:
