@@ -9,7 +9,9 @@ dotted names (``log.segment.bytes``) are accepted too, which is what the CLI's
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from kafkakit.errors import KafkaConfigError
@@ -56,6 +58,44 @@ class BrokerConfig:
     # The finalized ``transaction.version`` feature level advertised in ApiVersions (Kafka 4.x: 2).
     transaction_version: int = 2
 
+    # -- security (docs/broker.md "Security"); None = not set ---------------------------------
+    # ``NAME://host:port,...``; unset, the broker has one PLAINTEXT listener on Broker(host, port).
+    listeners: str | None = None
+    advertised_listeners: str | None = None
+    # Kafka's default maps each security protocol to itself.
+    listener_security_protocol_map: str = (
+        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+    )
+    # Kafka defaults both store types to JKS, which Python cannot read: PEM (or PKCS12) here.
+    ssl_keystore_type: str = "PEM"
+    ssl_keystore_location: str | None = None
+    ssl_keystore_password: str | None = None
+    ssl_key_password: str | None = None
+    ssl_truststore_type: str = "PEM"
+    ssl_truststore_location: str | None = None
+    ssl_truststore_password: str | None = None
+    ssl_client_auth: str = "none"
+    # Kafka's default is GSSAPI, which broker_min does not implement: a SASL listener needs this set.
+    sasl_enabled_mechanisms: str | None = None
+    connections_max_reauth_ms: int = 0
+    connection_failed_authentication_delay_ms: int = 100
+    # "" = no authorizer (everyone may do everything, ACL requests answer SECURITY_DISABLED);
+    # Kafka's StandardAuthorizer class name (or "standard") turns ACLs on.
+    authorizer_class_name: str = ""
+    super_users: str = ""
+    allow_everyone_if_no_acl_found: bool = False
+    # OAUTHBEARER: unset, tokens are unsecured JWS checked as Kafka's default validator does;
+    # a ``file:`` URL or path of a JWKS file (or a PEM public key) makes signed tokens required.
+    sasl_oauthbearer_jwks_endpoint_url: str | None = None
+    sasl_oauthbearer_expected_audience: str | None = None
+    sasl_oauthbearer_expected_issuer: str | None = None
+    sasl_oauthbearer_sub_claim_name: str = "sub"
+    sasl_oauthbearer_scope_claim_name: str = "scope"
+    sasl_oauthbearer_clock_skew_seconds: int = 30
+    # Settings scoped to one listener, verbatim under Kafka's names:
+    # ``listener.name.sasl_ssl.plain.sasl.jaas.config`` -> its value.
+    listener_settings: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             _check_type(f.name, getattr(self, f.name), f.type)
@@ -84,13 +124,35 @@ class BrokerConfig:
         _check_range("transaction_version", self.transaction_version, 0, 2)
         if self.cluster_id is not None and not self.cluster_id:
             raise KafkaConfigError("cluster_id", "must not be empty")
+        if self.ssl_client_auth not in ("none", "requested", "required"):
+            raise KafkaConfigError("ssl.client.auth", f"expected none, requested or required, got {self.ssl_client_auth!r}")
+        _check_range("connections_max_reauth_ms", self.connections_max_reauth_ms, 0)
+        _check_range(
+            "connection_failed_authentication_delay_ms", self.connection_failed_authentication_delay_ms, 0
+        )
+        _check_range("sasl_oauthbearer_clock_skew_seconds", self.sasl_oauthbearer_clock_skew_seconds, 0)
+        for key in self.listener_settings:
+            if not key.startswith(LISTENER_PREFIX):
+                raise KafkaConfigError(key, f"listener settings start with {LISTENER_PREFIX!r}")
+        object.__setattr__(self, "listener_settings", MappingProxyType(dict(self.listener_settings)))
+
+    def listener_setting(self, listener: str, key: str) -> str | None:
+        """``listener.name.<listener>.<key>`` (listener names are case-insensitive, as in Kafka)."""
+        return self.listener_settings.get(f"{LISTENER_PREFIX}{listener.lower()}.{key}")
+
+    def super_user_set(self) -> frozenset[str]:
+        """``super.users`` as principals (``User:admin``), semicolon-separated as in Kafka."""
+        return frozenset(p.strip() for p in self.super_users.split(";") if p.strip())
 
     @classmethod
     def from_kwargs(cls, **settings: Any) -> BrokerConfig:
         """Build from keyword settings, accepting Kafka's dotted names as well."""
         known = {f.name for f in dataclasses.fields(cls)}
         values: dict[str, Any] = {}
+        scoped = _take_listener_settings(settings, values)
         for key, value in settings.items():
+            if key in scoped:
+                continue
             name = normalise_key(key)
             if name not in known:
                 raise KafkaConfigError(key, "unknown broker setting")
@@ -102,7 +164,10 @@ class BrokerConfig:
         """Build from ``key -> text`` pairs (the CLI's ``--config key=value``), converting types."""
         types = {f.name: f.type for f in dataclasses.fields(cls)}
         values: dict[str, Any] = {}
+        scoped = _take_listener_settings(pairs, values)
         for key, text in pairs.items():
+            if key in scoped:
+                continue
             name = normalise_key(key)
             if name not in types:
                 raise KafkaConfigError(key, "unknown broker setting")
@@ -113,6 +178,32 @@ class BrokerConfig:
         """Names of the settings that differ from Kafka's defaults (DescribeConfigs reports them as static)."""
         default = BrokerConfig()
         return {f.name for f in dataclasses.fields(self) if getattr(self, f.name) != getattr(default, f.name)}
+
+
+LISTENER_PREFIX = "listener.name."
+
+#: Settings whose values DescribeConfigs must not reveal (Kafka marks them sensitive).
+SENSITIVE_SETTINGS = frozenset(
+    {"ssl_keystore_password", "ssl_key_password", "ssl_truststore_password", "listener_settings"}
+)
+
+
+def _take_listener_settings(settings: Mapping[str, Any], values: dict[str, Any]) -> set[str]:
+    """Move ``listener.name.*`` keys (kept verbatim, lower-cased listener name) into ``values``."""
+    scoped: dict[str, str] = dict(values.get("listener_settings") or settings.get("listener_settings") or {})
+    taken = {"listener_settings"} & set(settings)
+    for key, value in settings.items():
+        if key.lower().startswith(LISTENER_PREFIX):
+            name, _, rest = key[len(LISTENER_PREFIX) :].partition(".")
+            if not name or not rest:
+                raise KafkaConfigError(key, "expected listener.name.<listener>.<setting>")
+            if not isinstance(value, str):
+                raise KafkaConfigError(key, f"expected a string, got {type(value).__name__}")
+            scoped[f"{LISTENER_PREFIX}{name.lower()}.{rest}"] = value
+            taken.add(key)
+    if taken:
+        values["listener_settings"] = scoped
+    return taken
 
 
 def normalise_key(key: str) -> str:
@@ -129,6 +220,10 @@ def _check_type(name: str, value: Any, annotation: Any) -> None:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif text == "str | None":
         ok = value is None or isinstance(value, str)
+    elif text == "str":
+        ok = isinstance(value, str)
+    elif text == "Mapping[str, str]":
+        ok = isinstance(value, Mapping) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
     else:  # pragma: no cover - a new field type needs a branch here
         raise AssertionError(f"unhandled setting type {text} for {name}")
     if not ok:

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kafkakit.broker.config import BrokerConfig
+from kafkakit.broker.config import SENSITIVE_SETTINGS, BrokerConfig
 
 if TYPE_CHECKING:
     from kafkakit.broker.state import BrokerState, TopicInfo
@@ -75,7 +75,11 @@ def describe_broker_configs(state: BrokerState) -> list[ConfigEntry]:
     overrides = state.config.overridden()
     entries = []
     for f in dataclasses.fields(BrokerConfig):
+        if f.name == "listener_settings":
+            continue  # many settings under their own names, each holding secrets (JAAS passwords)
         value = getattr(state.config, f.name)
+        if f.name in SENSITIVE_SETTINGS:
+            value = None  # Kafka never reveals a password through DescribeConfigs
         if f.name == "cluster_id":
             value = state.cluster_id
         text = None if value is None else (str(value).lower() if isinstance(value, bool) else str(value))
