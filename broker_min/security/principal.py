@@ -43,7 +43,8 @@ class Session:
     listener: str = "PLAINTEXT"
 
 
-SESSION: contextvars.ContextVar[Session] = contextvars.ContextVar("kafkakit_session", default=Session())
+# Session is frozen, so sharing the default instance is safe.
+SESSION: contextvars.ContextVar[Session] = contextvars.ContextVar("kafkakit_session", default=Session())  # noqa: B039
 
 
 def current_session() -> Session:
