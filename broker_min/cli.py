@@ -30,6 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a broker setting, e.g. num.partitions=3 or log_retention_ms=60000 (repeatable)",
     )
+    parser.add_argument(
+        "--add-scram",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a SCRAM credential, as kafka-storage takes it: 'SCRAM-SHA-256=[name=alice,password=secret]' (repeatable)",
+    )
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     return parser
 
@@ -46,9 +53,11 @@ def parse_settings(pairs: Sequence[str]) -> dict[str, object]:
     return {name: getattr(config, name) for name in config.overridden()}
 
 
-async def run(data_dir: str, host: str, port: int, settings: dict[str, object]) -> None:
+async def run(
+    data_dir: str, host: str, port: int, settings: dict[str, object], add_scram: Sequence[str] = ()
+) -> None:
     """Serve until SIGINT/SIGTERM, then stop cleanly (logs closed, no recovery needed next time)."""
-    broker = Broker(data_dir, host=host, port=port, **settings)
+    broker = Broker(data_dir, host=host, port=port, add_scram=add_scram, **settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -72,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         settings = parse_settings(args.config)
-        asyncio.run(run(args.data_dir, args.host, args.port, settings))
+        asyncio.run(run(args.data_dir, args.host, args.port, settings, args.add_scram))
     except KafkaConfigError as exc:
         print(f"kafkakit-broker: bad setting {exc}", file=sys.stderr)
         return 2

@@ -10,25 +10,53 @@ pipelined Produce appends in order (see handlers/produce.py).
 
 A bad frame, a body that does not decode, or a handler that raises closes only
 its own connection, with one log line (a traceback for handler bugs).
+
+Security (docs/broker.md "Security"): the broker binds every listener in
+``listeners``; SSL listeners wrap connections in TLS (the client certificate's
+DN is the principal), and SASL listeners run each connection through
+:class:`~kafkakit.broker.security.authenticator.SaslConnection` before any other
+request than ApiVersions is served.  The principal reaches handlers through the
+session context (:mod:`kafkakit.broker.security.principal`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import datetime
+import functools
 import logging
 import os
 import struct
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from kafkakit.broker.config import BrokerConfig
 from kafkakit.broker.handlers import HANDLERS, unsupported_version_response
-from kafkakit.broker.handlers.base import ApiHandler, CloseConnection, RawResponse
+from kafkakit.broker.handlers.base import ApiHandler, CloseConnection, RawResponse, error, make
 from kafkakit.broker.handlers.groups import CLIENT_HOST
+from kafkakit.broker.security.authenticator import (
+    ILLEGAL_SASL_STATE,
+    ListenerSecurity,
+    SaslConnection,
+    SaslReply,
+)
+from kafkakit.broker.security.credentials import parse_add_scram
+from kafkakit.broker.security.listeners import Listener, advertised_endpoints, configured_listeners
+from kafkakit.broker.security.principal import SESSION, Session
+from kafkakit.broker.security.tls import peer_principal, server_ssl_context
 from kafkakit.broker.state import BrokerState
-from kafkakit.protocol import RequestHeaderInfo, decode_request, decode_request_header, encode_response
+from kafkakit.protocol import (
+    ApiKey,
+    RequestHeaderInfo,
+    decode_request,
+    decode_request_header,
+    encode_response,
+    response_class,
+)
 
 log = logging.getLogger("kafkakit.broker")
 
@@ -43,6 +71,10 @@ MAX_IN_FLIGHT = 64
 SENDFILE_MIN_BYTES = 16 * 1024
 # Seconds a closing connection may take to flush what was already written.
 CLOSE_TIMEOUT = 1.0
+# Seconds a client may take over its TLS handshake.
+TLS_HANDSHAKE_TIMEOUT = 10.0
+# What a SASL connection may send before it has authenticated.
+_PRE_AUTH_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 
 
 class _ConnectionClosed(Exception):
@@ -53,12 +85,20 @@ class _Connection:
     """One client connection: reader task, writer task, the queue of pending responses."""
 
     def __init__(
-        self, state: BrokerState, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        state: BrokerState,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        security: ListenerSecurity,
     ) -> None:
         self._state = state
         self._reader = reader
         self._writer = writer
-        self._pending: asyncio.Queue[tuple[RequestHeaderInfo, asyncio.Task[Any]]] = asyncio.Queue(
+        self._security = security
+        self._sasl = (
+            SaslConnection(security, state.scram_credentials.lookup) if security.listener.uses_sasl else None
+        )
+        self._pending: asyncio.Queue[tuple[RequestHeaderInfo, asyncio.Future[Any]]] = asyncio.Queue(
             MAX_IN_FLIGHT
         )
         self._handler_tasks: set[asyncio.Task[Any]] = set()
@@ -96,18 +136,65 @@ class _Connection:
     # -- reading -------------------------------------------------------------
 
     async def _read_requests(self) -> None:
-        # Handler tasks copy this context: group members are described with their host, as in Kafka.
-        CLIENT_HOST.set("/" + self._peer.rpartition(":")[0])
+        # Handler tasks copy this context: group members are described with their host, as in Kafka,
+        # and every handler learns the principal from the session.
+        host = self._peer.rpartition(":")[0]
+        CLIENT_HOST.set("/" + host)
+        listener = self._security.listener
+        SESSION.set(Session(peer_principal(self._writer.get_extra_info("ssl_object")), host, listener.name))
         with contextlib.suppress(_ConnectionClosed, ConnectionError):
             while True:
                 body = await self._read_frame()
                 if body is None:
                     return
                 header, request, spec = self._decode(body)
+                if self._sasl is not None and not await self._sasl_step(self._sasl, header, request):
+                    continue
                 task = asyncio.create_task(self._handle(spec, header, request))
                 self._handler_tasks.add(task)
                 task.add_done_callback(self._handler_tasks.discard)
                 await self._pending.put((header, task))
+
+    # -- SASL ----------------------------------------------------------------
+
+    async def _sasl_step(self, sasl: SaslConnection, header: RequestHeaderInfo, request: Any) -> bool:
+        """Handle SASL requests in order, before anything read after them; True: dispatch as usual."""
+        api_key = header.api_key
+        if api_key == ApiKey.SASL_HANDSHAKE and request is not None:
+            await self._answer_sasl(header, sasl.handshake(str(request.mechanism)), sasl)
+            return False
+        if api_key == ApiKey.SASL_AUTHENTICATE and request is not None:
+            reply = sasl.authenticate(bytes(request.auth_bytes))
+            if not reply.failed and sasl.authenticated and not sasl.in_progress:
+                assert sasl.principal is not None
+                SESSION.set(dataclasses.replace(SESSION.get(), principal=sasl.principal))
+            await self._answer_sasl(header, reply, sasl)
+            return False
+        if not sasl.authenticated and api_key not in _PRE_AUTH_APIS:
+            self._drop(f"api {api_key} v{header.api_version} before SASL authentication")
+        if sasl.authenticated and not sasl.in_progress and sasl.expired():
+            self._drop(f"SASL session of {sasl.principal} expired (KIP-368: re-authentication required)")
+        return True
+
+    async def _answer_sasl(self, header: RequestHeaderInfo, reply: SaslReply, sasl: SaslConnection) -> None:
+        response = _sasl_response(header, reply)
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        done.set_result(response)
+        await self._pending.put((header, done))
+        if not reply.failed or (sasl.authenticated and reply.error_code == ILLEGAL_SASL_STATE):
+            return  # an out-of-order SASL request on a live session is answered, not punished
+        # Kafka answers a failed login, waits connection.failed.authentication.delay.ms (slowing
+        # down guessing), then closes; nothing else is read from this connection meanwhile.
+        reason = f"SASL authentication failed ({sasl.mechanism or 'no mechanism'}): {reply.error_message}"
+        closing = asyncio.ensure_future(self._close_after(self._security.failed_auth_delay_ms / 1000, reason))
+        self._handler_tasks.add(closing)
+        await self._pending.put((header, closing))
+        await asyncio.Event().wait()  # until the writer ends the connection
+
+    @staticmethod
+    async def _close_after(delay: float, reason: str) -> CloseConnection:
+        await asyncio.sleep(delay)
+        return CloseConnection(reason)
 
     async def _read_frame(self) -> bytes | None:
         try:
@@ -209,6 +296,18 @@ class _Connection:
         raise _ConnectionClosed(reason)
 
 
+def _sasl_response(header: RequestHeaderInfo, reply: SaslReply) -> Any:
+    cls = response_class(header.api_key, header.api_version)
+    return make(
+        cls,
+        error_code=error(reply.error_code),
+        error_message=reply.error_message,
+        mechanisms=reply.mechanisms,
+        auth_bytes=reply.auth_bytes,
+        session_lifetime=datetime.timedelta(milliseconds=reply.session_lifetime_ms),
+    )
+
+
 class Broker:
     """A single-node Kafka broker (node id 1) on one listener.
 
@@ -220,14 +319,26 @@ class Broker:
     """
 
     def __init__(
-        self, data_dir: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 0, **config: Any
+        self,
+        data_dir: str | os.PathLike[str],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        add_scram: Iterable[str] = (),
+        **config: Any,
     ):
         self.config = BrokerConfig.from_kwargs(**config)
+        # kafka-storage's --add-scram entries, applied to the credential store at start.
+        self._add_scram = [parse_add_scram(spec) for spec in add_scram]
         self.data_dir = Path(data_dir)
         self.host = host
         self._requested_port = port
-        self._port: int | None = None
-        self._server: asyncio.Server | None = None
+        # Parsed now so that a bad listener setting fails here, before anything starts.
+        self._listeners = configured_listeners(self.config, host, port)
+        self._security = {lst.name: ListenerSecurity.build(self.config, lst) for lst in self._listeners}
+        self._ssl = {lst.name: server_ssl_context(self.config, lst) for lst in self._listeners if lst.uses_ssl}
+        self._servers: dict[str, asyncio.Server] = {}
+        self._bound: list[Listener] = []
         self._state: BrokerState | None = None
         self._connections: set[_Connection] = set()
 
@@ -240,51 +351,75 @@ class Broker:
 
     @property
     def port(self) -> int:
-        """The port the listener is bound to (known after :meth:`start`)."""
-        if self._port is None:
+        """The port of the first listener (known after :meth:`start`)."""
+        if not self._bound:
             raise RuntimeError("broker is not started")
-        return self._port
+        return self._bound[0].port
 
     @property
     def bootstrap_servers(self) -> str:
-        """``host:port`` for clients, after :meth:`start`."""
-        return f"{self.state.advertised_host}:{self.port}"
+        """``host:port`` of the first listener, for clients, after :meth:`start`."""
+        return self.listener_address(self._listeners[0].name)
+
+    def listener_address(self, name: str) -> str:
+        """The advertised ``host:port`` of listener ``name`` (e.g. ``"SASL_SSL"``), after :meth:`start`."""
+        host, port = self.state.listener_endpoints[name.upper()]
+        return f"{host}:{port}"
 
     async def start(self) -> None:
-        """Open the data directory (recovering logs if needed) and start listening."""
-        if self._server is not None:
+        """Open the data directory (recovering logs if needed) and start every listener."""
+        if self._servers:
             return
         self.data_dir.mkdir(parents=True, exist_ok=True)
         state = BrokerState(self.data_dir, self.config)
+        for entry in self._add_scram:
+            state.scram_credentials.add(entry)
         try:
-            self._server = await asyncio.start_server(self._on_connection, self.host, self._requested_port)
+            for listener in self._listeners:
+                server = await asyncio.start_server(
+                    functools.partial(self._on_connection, self._security[listener.name]),
+                    listener.host,
+                    listener.port,
+                    ssl=self._ssl.get(listener.name),
+                    ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT if listener.uses_ssl else None,
+                )
+                self._servers[listener.name] = server
+                bound_port = server.sockets[0].getsockname()[1]
+                self._bound.append(dataclasses.replace(listener, port=bound_port))
         except BaseException:
+            await self._close_servers()
             state.close()
             raise
-        self._port = self._server.sockets[0].getsockname()[1]
-        state.set_listener(self.config.advertised_host or self.host, self._port)
+        state.set_listeners(advertised_endpoints(self.config, self._bound))
         self._state = state
         state.start_background_tasks()
 
+    async def _close_servers(self) -> None:
+        servers, self._servers = self._servers, {}
+        self._bound = []
+        for server in servers.values():
+            server.close()
+        for server in servers.values():
+            with contextlib.suppress(Exception):
+                await server.wait_closed()
+
     async def stop(self) -> None:
         """Stop listening, drop every connection, and close the logs cleanly."""
-        server, self._server = self._server, None
-        if server is None:
+        if not self._servers:
             return
-        server.close()
+        for server in self._servers.values():
+            server.close()
         # Aborting (not cancelling) the connection tasks lets them end normally,
         # which asyncio's stream callback expects.
         for connection in list(self._connections):
             connection.abort()
         while self._connections:
             await asyncio.sleep(0.001)
-        with contextlib.suppress(Exception):
-            await server.wait_closed()
+        await self._close_servers()
         if self._state is not None:
             await self._state.stop_background_tasks()
             self._state.close()
         self._state = None
-        self._port = None
 
     async def __aenter__(self) -> Broker:
         await self.start()
@@ -301,14 +436,15 @@ class Broker:
     async def serve_forever(self) -> None:
         """Start if needed and serve until cancelled."""
         await self.start()
-        assert self._server is not None
-        await self._server.serve_forever()
+        await asyncio.gather(*(server.serve_forever() for server in self._servers.values()))
 
-    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _on_connection(
+        self, security: ListenerSecurity, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         if self._state is None:
             writer.close()
             return
-        connection = _Connection(self._state, reader, writer)
+        connection = _Connection(self._state, reader, writer, security)
         self._connections.add(connection)
         try:
             await connection.serve()

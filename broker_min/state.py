@@ -18,11 +18,12 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.config import BrokerConfig
 from kafkakit.broker.coordinators.group_coordinator import GroupCoordinator, GroupSettings
 from kafkakit.broker.coordinators.group_records import partition_for_group
@@ -34,11 +35,15 @@ from kafkakit.broker.coordinators.transactions import (
 )
 from kafkakit.broker.log import LogConfig, LogError, LogManager, PartitionLog
 from kafkakit.broker.producer_state import ProducerIdAllocator, ProducerStateRegistry
+from kafkakit.broker.security.authorizer import Authorizer
+from kafkakit.broker.security.credentials import ScramCredentialStore
+from kafkakit.broker.security.principal import current_session
 from kafkakit.errors import KafkaConfigError
 
 log = logging.getLogger("kafkakit.broker")
 
 TOPICS_DIR = ".kafkakit-topics"
+SECURITY_DIR = ".kafkakit-security"
 META_FILE = "meta.properties"
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
@@ -158,11 +163,14 @@ class BrokerState:
         self.cluster_id = _load_or_create_cluster_id(data_dir, config)
         self.advertised_host = config.advertised_host or "127.0.0.1"
         self.port = 0
+        self.listener_endpoints: dict[str, tuple[str, int]] = {}
         self.default_log_config = broker_log_config(config)
         self.topics = TopicRegistry(data_dir / TOPICS_DIR)
         self.logs = LogManager(data_dir, self.default_log_config)
         self.producer_ids = ProducerIdAllocator(data_dir)
         self.producer_states = ProducerStateRegistry()
+        self.scram_credentials = ScramCredentialStore(data_dir / SECURITY_DIR)
+        self.authorizer = Authorizer.from_config(config, data_dir / SECURITY_DIR)
         self._append_waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
         self._background: list[asyncio.Task[None]] = []
         self._open_registered_partitions()
@@ -184,9 +192,29 @@ class BrokerState:
     # -- listener --------------------------------------------------------------
 
     def set_listener(self, host: str, port: int) -> None:
-        """Record where clients reach this broker (Metadata and DescribeCluster advertise it)."""
-        self.advertised_host = host
-        self.port = port
+        """Record where clients reach this broker's one PLAINTEXT listener."""
+        self.set_listeners({"PLAINTEXT": (host, port)})
+
+    def set_listeners(self, endpoints: Mapping[str, tuple[str, int]]) -> None:
+        """Record where clients reach each listener (Metadata, FindCoordinator and DescribeCluster
+        answer with the endpoint of the listener the request came in on, as Kafka does)."""
+        self.listener_endpoints = dict(endpoints)
+        self.advertised_host, self.port = next(iter(self.listener_endpoints.values()))
+
+    def advertised_endpoint(self) -> tuple[str, int]:
+        """(host, port) of the listener the current request came in on."""
+        listener = current_session().listener
+        return self.listener_endpoints.get(listener, (self.advertised_host, self.port))
+
+    # -- authorization -----------------------------------------------------------
+
+    def allowed(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        """Whether the current request's principal may do ``operation`` on ``resource_type:name``."""
+        return self.authorizer is None or self.authorizer.authorize(current_session(), operation, resource_type, name)
+
+    def allowed_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """Whether the current principal may do ``operation`` on some resource of ``resource_type``."""
+        return self.authorizer is None or self.authorizer.authorize_any(current_session(), operation, resource_type)
 
     # -- topics ----------------------------------------------------------------
 

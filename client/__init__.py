@@ -13,13 +13,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kafkakit.errors import (
+    AuthenticationError,
+    AuthorizationError,
     BrokerResponseError,
+    ClusterAuthorizationFailedError,
     CommitFailedError,
+    GroupAuthorizationFailedError,
     KafkaConfigError,
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
     NotYetSupportedError,
+    SaslAuthenticationError,
+    SslAuthenticationError,
+    SSLVerificationError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
+    UnsupportedSaslMechanismError,
 )
 from kafkakit.structs import (
     ConsumerRecord,
@@ -31,13 +41,47 @@ from kafkakit.structs import (
 )
 
 if TYPE_CHECKING:
+    from kafkakit.acls import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        PatternType,
+        ResourceType,
+        ScramCredentialInfo,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
     from kafkakit.admin import Admin
     from kafkakit.consumer import Consumer, ConsumerRebalanceListener
     from kafkakit.producer import Producer, TransactionHandle, complete_transaction
+    from kafkakit.security.oauthbearer import OAuthBearerToken
+    from kafkakit.security.tls import create_ssl_context
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AclBinding",
+    "AclBindingFilter",
+    "AclOperation",
+    "AclPermissionType",
+    "PatternType",
+    "ResourceType",
+    "ScramCredentialInfo",
+    "UserScramCredentialDeletion",
+    "UserScramCredentialUpsertion",
+    "OAuthBearerToken",
+    "create_ssl_context",
+    "AuthenticationError",
+    "AuthorizationError",
+    "ClusterAuthorizationFailedError",
+    "GroupAuthorizationFailedError",
+    "SaslAuthenticationError",
+    "SslAuthenticationError",
+    "SSLVerificationError",
+    "TopicAuthorizationFailedError",
+    "TransactionalIdAuthorizationFailedError",
+    "UnsupportedSaslMechanismError",
     "Admin",
     "BrokerResponseError",
     "CommitFailedError",
@@ -61,6 +105,17 @@ __all__ = [
 ]
 
 _LAZY = {
+    "AclBinding": "kafkakit.acls",
+    "AclBindingFilter": "kafkakit.acls",
+    "AclOperation": "kafkakit.acls",
+    "AclPermissionType": "kafkakit.acls",
+    "PatternType": "kafkakit.acls",
+    "ResourceType": "kafkakit.acls",
+    "ScramCredentialInfo": "kafkakit.acls",
+    "UserScramCredentialDeletion": "kafkakit.acls",
+    "UserScramCredentialUpsertion": "kafkakit.acls",
+    "OAuthBearerToken": "kafkakit.security.oauthbearer",
+    "create_ssl_context": "kafkakit.security.tls",
     "Producer": "kafkakit.producer",
     "TransactionHandle": "kafkakit.producer",
     "complete_transaction": "kafkakit.producer",

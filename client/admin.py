@@ -1,4 +1,4 @@
-"""The admin client: create, delete, list and describe topics; describe the cluster.
+"""The admin client: topics, the cluster, ACLs and SCRAM credentials.
 
 CreateTopics and DeleteTopics go to the controller (retried after a metadata
 refresh when the broker answers NOT_CONTROLLER); the calls return once the
@@ -9,11 +9,20 @@ change is visible in metadata, so a topic can be used right after
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
+from kafkakit import acls as acls_module
+from kafkakit.acls import (
+    AclBinding,
+    AclBindingFilter,
+    ScramCredentialInfo,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
 from kafkakit.cluster import Cluster
 from kafkakit.errors import (
     IllegalStateError,
@@ -22,8 +31,10 @@ from kafkakit.errors import (
     KafkaTimeoutError,
     UnknownTopicOrPartitionError,
     for_code,
+    raise_for_code,
 )
 from kafkakit.net.connection import BrokerConnection
+from kafkakit.net.security import OAuthTokenProvider, SecurityConfig
 from kafkakit.protocol.framing import ApiKey
 from kafkakit.structs import BrokerInfo, ClusterDescription, NewTopic, PartitionInfo, TopicDescription
 
@@ -44,6 +55,13 @@ class Admin:
         request_timeout_ms: int = 30000,
         retry_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300000,
+        security_protocol: str = "PLAINTEXT",
+        ssl_context: ssl.SSLContext | None = None,
+        sasl_mechanism: str = "PLAIN",
+        sasl_plain_username: str | None = None,
+        sasl_plain_password: str | None = None,
+        sasl_oauth_token_provider: OAuthTokenProvider | None = None,
+        sasl_oauth_extensions: Mapping[str, str] | None = None,
     ) -> None:
         if not isinstance(client_id, str):
             raise KafkaConfigError("client_id", f"must be a string, got {client_id!r}")
@@ -73,6 +91,15 @@ class Admin:
             retry_backoff_ms=retry_backoff_ms,
             metadata_max_age_ms=metadata_max_age_ms,
             allow_auto_create_topics=False,
+            security=SecurityConfig(
+                security_protocol=security_protocol,
+                ssl_context=ssl_context,
+                sasl_mechanism=sasl_mechanism,
+                sasl_plain_username=sasl_plain_username,
+                sasl_plain_password=sasl_plain_password,
+                sasl_oauth_token_provider=sasl_oauth_token_provider,
+                sasl_oauth_extensions=sasl_oauth_extensions or {},
+            ),
         )
         self._started = False
         self._closed = False
@@ -253,6 +280,84 @@ class Admin:
         return ClusterDescription(meta.cluster_id, meta.controller_id, _by_node(tuple(meta.brokers.values())))
 
     # -- helpers -----------------------------------------------------------
+
+    # -- ACLs and SCRAM credentials ----------------------------------------
+
+    async def create_acls(self, acls: Iterable[AclBinding]) -> None:
+        """Create ACLs; raises the typed error of the first one refused (the others were created)."""
+        self._check_running()
+        creations = [acls_module.creation(acl) for acl in acls]
+        if not creations:
+            return
+        conn = await self._cluster.any_connection()
+        response = await conn.call(ApiKey.CREATE_ACLS, creations=creations)
+        for result in response.results:
+            raise_for_code(int(result.error_code), result.error_message or "creating an ACL")
+
+    async def describe_acls(self, acl_filter: AclBindingFilter | None = None) -> list[AclBinding]:
+        """The ACLs matching ``acl_filter`` (all of them by default)."""
+        self._check_running()
+        conn = await self._cluster.any_connection()
+        response = await conn.call(ApiKey.DESCRIBE_ACLS, **(acl_filter or AclBindingFilter()).to_request())
+        raise_for_code(int(response.error_code), response.error_message or "describing ACLs")
+        return [
+            acls_module.binding_from(int(r.resource_type), r.resource_name, int(r.pattern_type), acl)
+            for r in response.resources
+            for acl in r.acls
+        ]
+
+    async def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[AclBinding]:
+        """Delete every ACL matching any of ``filters``; returns the ACLs deleted."""
+        self._check_running()
+        requested = [f.to_request() for f in filters]
+        if not requested:
+            return []
+        conn = await self._cluster.any_connection()
+        response = await conn.call(ApiKey.DELETE_ACLS, filters=requested)
+        deleted = []
+        for result in response.filter_results:
+            raise_for_code(int(result.error_code), result.error_message or "deleting ACLs")
+            for match in result.matching_acls:
+                raise_for_code(int(match.error_code), match.error_message or "deleting an ACL")
+                deleted.append(
+                    acls_module.binding_from(int(match.resource_type), match.resource_name, int(match.pattern_type), match)
+                )
+        return deleted
+
+    async def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None
+    ) -> dict[str, list[ScramCredentialInfo]]:
+        """User -> their SCRAM credentials (mechanism, iterations); every user when ``users`` is None."""
+        self._check_running()
+        conn = await self._cluster.any_connection()
+        wanted = None if users is None else [{"name": u} for u in users]
+        response = await conn.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, users=wanted)
+        raise_for_code(int(response.error_code), response.error_message or "describing SCRAM credentials")
+        described: dict[str, list[ScramCredentialInfo]] = {}
+        for result in response.results:
+            raise_for_code(int(result.error_code), result.error_message or f"describing user {result.user!r}")
+            described[result.user] = [
+                ScramCredentialInfo(acls_module.mechanism_name(int(c.mechanism)), int(c.iterations))
+                for c in result.credential_infos
+            ]
+        return described
+
+    async def alter_user_scram_credentials(
+        self, alterations: Iterable[UserScramCredentialUpsertion | UserScramCredentialDeletion]
+    ) -> None:
+        """Create, replace or delete SCRAM credentials; raises the first user's error (others applied)."""
+        self._check_running()
+        changes = list(alterations)
+        upsertions = [c.to_request() for c in changes if isinstance(c, UserScramCredentialUpsertion)]
+        deletions = [c.to_request() for c in changes if isinstance(c, UserScramCredentialDeletion)]
+        if len(upsertions) + len(deletions) != len(changes):
+            raise TypeError("alter_user_scram_credentials() takes UserScramCredentialUpsertion/Deletion objects")
+        if not changes:
+            return
+        conn = await self._cluster.any_connection()
+        response = await conn.call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, deletions=deletions, upsertions=upsertions)
+        for result in response.results:
+            raise_for_code(int(result.error_code), result.error_message or f"altering user {result.user!r}")
 
     async def _metadata(self, topics: list[str]) -> Any:
         conn = await self._cluster.any_connection()

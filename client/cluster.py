@@ -25,6 +25,8 @@ from kafkakit.errors import (
     for_code,
 )
 from kafkakit.net.connection import BrokerConnection
+from kafkakit.net.sasl import SaslAuthenticator
+from kafkakit.net.security import PLAINTEXT, SecurityConfig
 from kafkakit.protocol.framing import ApiKey
 from kafkakit.structs import BrokerInfo, PartitionInfo, TopicPartition
 
@@ -130,8 +132,12 @@ class Cluster:
         reconnect_backoff_ms: int = 50,
         reconnect_backoff_max_ms: int = 1000,
         allow_auto_create_topics: bool = True,
+        security: SecurityConfig = PLAINTEXT,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.security = security
+        # One authenticator for every connection: OAUTHBEARER tokens are fetched once and shared.
+        self._authenticator = SaslAuthenticator(security) if security.uses_sasl else None
         self.client_id = client_id
         if request_timeout_ms <= 0:
             raise KafkaConfigError("request_timeout_ms", "must be positive")
@@ -172,7 +178,25 @@ class Cluster:
             client_id=self.client_id,
             request_timeout_ms=self.request_timeout_ms,
             on_close=self._on_connection_closed,
+            security=self.security,
+            authenticator=self._authenticator,
         )
+
+    async def open_connection(
+        self, host: str, port: int, *, node_id: int = -1, request_timeout_ms: int | None = None
+    ) -> BrokerConnection:
+        """A new connected (and authenticated) connection that the caller owns, e.g. to a coordinator."""
+        conn = BrokerConnection(
+            host,
+            port,
+            node_id=node_id,
+            client_id=self.client_id,
+            request_timeout_ms=request_timeout_ms or self.request_timeout_ms,
+            security=self.security,
+            authenticator=self._authenticator,
+        )
+        await conn.connect()
+        return conn
 
     def _on_connection_closed(self, conn: BrokerConnection) -> None:
         if self._connections.get(conn.node_id) is conn:
@@ -234,6 +258,7 @@ class Cluster:
         if self._bootstrap_conn is not None and self._bootstrap_conn.connected:
             return self._bootstrap_conn
         errors = []
+        refused: KafkaError | None = None
         addresses = list(self.bootstrap)
         random.shuffle(addresses)
         for host, port in addresses:
@@ -242,9 +267,13 @@ class Cluster:
                 await conn.connect()
             except KafkaError as exc:
                 errors.append(str(exc))
+                if not exc.retriable:
+                    refused = exc  # bad credentials or an untrusted broker: another try fails the same way
                 continue
             self._bootstrap_conn = conn
             return conn
+        if refused is not None:
+            raise refused
         raise KafkaConnectionError("cannot reach any bootstrap server: " + "; ".join(errors))
 
     # -- metadata ------------------------------------------------------------
@@ -277,6 +306,8 @@ class Cluster:
                 conn = await self.any_connection()
                 response = await self._fetch_metadata(conn, requested)
             except KafkaError as exc:
+                if not exc.retriable:
+                    raise  # authentication or authorization: retrying would only repeat it
                 last_error = exc
                 await asyncio.sleep(self.retry_backoff)
                 continue
@@ -316,6 +347,9 @@ class Cluster:
             meta = self.metadata.topics.get(topic)
             if meta is not None and not meta.error_code and meta.partitions:
                 return sorted(meta.partitions)
+            if meta is not None and meta.error_code and not for_code(meta.error_code).retriable:
+                # e.g. TOPIC_AUTHORIZATION_FAILED: waiting would not change the answer.
+                raise for_code(meta.error_code)(f"topic {topic!r}")
             if time.monotonic() >= deadline:
                 code = meta.error_code if meta is not None else 3
                 raise (for_code(code) if code else UnknownTopicOrPartitionError)(f"topic {topic!r} not available")

@@ -36,6 +36,35 @@ class KafkaTimeoutError(KafkaError):
     retriable = True
 
 
+class AuthenticationError(KafkaError):
+    """The client could not prove who it is, or the broker could not (TLS verification, SASL).
+
+    Never retried: the same credentials fail the same way, so retrying would only
+    hammer the broker.
+    """
+
+    retriable = False
+
+
+class AuthorizationError(KafkaError):
+    """An operation was refused by the broker's ACLs (the typed subclasses name the resource kind)."""
+
+    retriable = False
+
+
+class SSLVerificationError(KafkaConnectionError, AuthenticationError):
+    """The broker's TLS certificate failed verification (untrusted issuer, wrong host name, expired)."""
+
+    retriable = False
+
+
+class SslAuthenticationError(KafkaConnectionError, AuthenticationError):
+    """The broker refused this client during TLS: no client certificate where one is required,
+    or one it does not trust (Java's SslAuthenticationException)."""
+
+    retriable = False
+
+
 class ProducerClosed(KafkaError):
     """The producer was stopped; no more records are accepted."""
 
@@ -187,8 +216,43 @@ class RebalanceInProgressError(BrokerResponseError):
     code = 27  # REBALANCE_IN_PROGRESS
 
 
-class TopicAuthorizationFailedError(BrokerResponseError):
+class TopicAuthorizationFailedError(BrokerResponseError, AuthorizationError):
     code = 29  # TOPIC_AUTHORIZATION_FAILED
+
+
+class GroupAuthorizationFailedError(BrokerResponseError, AuthorizationError):
+    code = 30  # GROUP_AUTHORIZATION_FAILED
+
+
+class ClusterAuthorizationFailedError(BrokerResponseError, AuthorizationError):
+    code = 31  # CLUSTER_AUTHORIZATION_FAILED
+
+
+class UnsupportedSaslMechanismError(BrokerResponseError, AuthenticationError):
+    """The broker does not enable the client's ``sasl_mechanism``; the message lists those it does."""
+
+    code = 33  # UNSUPPORTED_SASL_MECHANISM
+
+
+class IllegalSaslStateError(BrokerResponseError, AuthenticationError):
+    code = 34  # ILLEGAL_SASL_STATE
+
+
+class TransactionalIdAuthorizationFailedError(BrokerResponseError, AuthorizationError):
+    code = 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+class SecurityDisabledError(BrokerResponseError):
+    """An ACL or credential request reached a broker that has no authorizer configured."""
+
+    code = 54  # SECURITY_DISABLED
+
+
+class SaslAuthenticationError(BrokerResponseError, AuthenticationError):
+    """SASL authentication failed: wrong credentials, an invalid token, or a server that failed to
+    prove it knows the SCRAM credential.  The message names the mechanism and the broker."""
+
+    code = 58  # SASL_AUTHENTICATION_FAILED
 
 
 class UnsupportedVersionResponseError(BrokerResponseError):

@@ -528,6 +528,8 @@ class BrokerMinServer:
         self.data_dir = data_dir
         self.config = config
         self._bootstrap: str | None = None
+        #: listener name -> "host:port" of every listener, once started
+        self.listeners: dict[str, str] = {}
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested: asyncio.Event | None = None
@@ -574,6 +576,7 @@ class BrokerMinServer:
         await broker.start()
         try:
             self._bootstrap = broker.bootstrap_servers
+            self.listeners = {name: f"{host}:{port}" for name, (host, port) in broker.state.listener_endpoints.items()}
             self._started.set()
             await self._stop_requested.wait()
         finally:

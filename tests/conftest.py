@@ -39,6 +39,7 @@ from tests.brokers import (  # noqa: E402
     new_topic_name,
     requested_broker_kinds,
 )
+from tests.security_env import Pki, SecureBroker, SecureBrokerMin, SecureKafkaServer, pki_for_session  # noqa: E402
 
 try:
     BROKER_KINDS = requested_broker_kinds(os.environ.get("KAFKAKIT_TEST_BROKERS"))
@@ -51,6 +52,7 @@ _FIXTURE_FOR_KIND = {
     "testcontainers": "testcontainers_broker",
 }
 _startup_notes: list[str] = []
+SECURE_KINDS = [kind for kind in BROKER_KINDS if kind in ("broker_min", "kafka")]
 
 
 @pytest.fixture(scope="session")
@@ -79,6 +81,42 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaServ
     )
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pki]:
+    """A CA, broker and client certificates for this session (tests/security_env.py)."""
+    yield from pki_for_session(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="session")
+def secure_broker_min(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[SecureBrokerMin]:
+    """broker_min with TLS, SASL and the authorizer on four listeners."""
+    server = SecureBrokerMin(tmp_path_factory.mktemp("secure_broker_min"), pki)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def secure_kafka(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[SecureKafkaServer]:
+    """Apache Kafka with the same security settings as :func:`secure_broker_min`."""
+    reason = missing_kafka_tools()
+    if reason is not None:
+        pytest.skip(reason)
+    server = SecureKafkaServer(tmp_path_factory.mktemp("secure_kafka"), pki)
+    server.start()
+    _startup_notes.append(f"secured Apache Kafka started in {server.startup_seconds:.1f}s (log: {server.log_path})")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session", params=SECURE_KINDS)
+def secure_broker(request: pytest.FixtureRequest) -> SecureBroker:
+    """A secured broker of each requested kind: ``.listener(name)``, ``.pki``, ``.kind``."""
+    fixture = "secure_broker_min" if request.param == "broker_min" else "secure_kafka"
+    server: SecureBroker = request.getfixturevalue(fixture)
+    return server
 
 
 @pytest.fixture(scope="session")

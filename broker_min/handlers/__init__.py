@@ -12,6 +12,7 @@ import datetime
 from typing import Any
 
 from kafkakit.broker.handlers import (
+    acls,
     api_versions,
     cluster,
     coordinator,
@@ -22,6 +23,8 @@ from kafkakit.broker.handlers import (
     offsets,
     produce,
     producer_id,
+    sasl,
+    scram,
     topics,
     txn,
 )
@@ -42,6 +45,9 @@ _MODULES = (
     groups,
     offsets,
     txn,
+    sasl,
+    acls,
+    scram,
 )
 
 HANDLERS: dict[int, ApiHandler] = {h.api_key: h for m in _MODULES for h in m.HANDLERS}

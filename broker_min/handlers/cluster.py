@@ -24,8 +24,8 @@ async def handle_describe_cluster(state: BrokerState, header: RequestHeaderInfo,
     broker = make(
         nested(cls, "DescribeClusterBroker"),
         broker_id=state.node_id,
-        host=state.advertised_host,
-        port=state.port,
+        host=state.advertised_endpoint()[0],
+        port=state.advertised_endpoint()[1],
         rack=None,
     )
     return make(

@@ -51,8 +51,8 @@ def _answer(state: BrokerState, key_type: int) -> dict[str, Any]:
         "error_code": ErrorCode.none,
         "error_message": None,
         "node_id": state.node_id,
-        "host": state.advertised_host,
-        "port": state.port,
+        "host": state.advertised_endpoint()[0],
+        "port": state.advertised_endpoint()[1],
     }
 
 

@@ -30,8 +30,8 @@ async def handle_metadata(state: BrokerState, header: RequestHeaderInfo, request
     broker = make(
         nested(cls, "MetadataResponseBroker"),
         node_id=state.node_id,
-        host=state.advertised_host,
-        port=state.port,
+        host=state.advertised_endpoint()[0],
+        port=state.advertised_endpoint()[1],
         rack=None,
     )
     topics = tuple(_describe(state, cls, req) for req in _requested(state, version, request))

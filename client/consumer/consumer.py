@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import ssl
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, TypeAlias
@@ -22,6 +23,7 @@ from kafkakit.errors import (
     KafkaConfigError,
     KafkaError,
 )
+from kafkakit.net.security import OAuthTokenProvider, SecurityConfig
 from kafkakit.protocol.framing import ApiKey, request_class, response_class
 from kafkakit.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
@@ -113,6 +115,13 @@ class Consumer:
         max_poll_records: int | None = None,
         allow_auto_create_topics: bool = True,
         connections_max_idle_ms: int = 540000,
+        security_protocol: str = "PLAINTEXT",
+        ssl_context: ssl.SSLContext | None = None,
+        sasl_mechanism: str = "PLAIN",
+        sasl_plain_username: str | None = None,
+        sasl_plain_password: str | None = None,
+        sasl_oauth_token_provider: OAuthTokenProvider | None = None,
+        sasl_oauth_extensions: Mapping[str, str] | None = None,
     ) -> None:
         group_id = _check_group_id(group_id)
         if topics and group_id is None:
@@ -159,6 +168,15 @@ class Consumer:
             metadata_max_age_ms=_check_int("metadata_max_age_ms", metadata_max_age_ms, 0),
             retry_backoff_ms=_check_int("retry_backoff_ms", retry_backoff_ms, 0),
             allow_auto_create_topics=allow_auto_create_topics,
+            security=SecurityConfig(
+                security_protocol=security_protocol,
+                ssl_context=ssl_context,
+                sasl_mechanism=sasl_mechanism,
+                sasl_plain_username=sasl_plain_username,
+                sasl_plain_password=sasl_plain_password,
+                sasl_oauth_token_provider=sasl_oauth_token_provider,
+                sasl_oauth_extensions=sasl_oauth_extensions or {},
+            ),
         )
         self._fetcher = Fetcher(
             self._cluster,

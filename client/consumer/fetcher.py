@@ -520,6 +520,8 @@ class Fetcher:
                     await cluster.refresh_metadata(topics)
                 except KafkaError as exc:
                     log.warning("metadata refresh failed: %s", exc)
+                    if not exc.retriable:  # refused: the application hears of it, no retry loop
+                        self._fail_states(self._states.values(), exc)
             retry_in = self._config.retry_backoff
         self._start_resets()
         by_node: dict[int, list[PartitionState]] = {}
@@ -547,6 +549,13 @@ class Fetcher:
             )
         return retry_in
 
+    def _fail_states(self, states: Iterable[PartitionState], error: KafkaError) -> None:
+        """Hand ``error`` to the application for these partitions (the next getmany raises it)."""
+        for state in states:
+            if state.error is None:
+                state.error = error
+        self._data_ready.set()
+
     def _start_resets(self) -> None:
         if self._reset_task is not None and not self._reset_task.done():
             return
@@ -563,6 +572,8 @@ class Fetcher:
             raise
         except KafkaError as exc:
             log.debug("fetch from broker %s failed: %s", node, exc)
+            if not exc.retriable:
+                self._fail_states(states, exc)
             self._cluster.request_metadata_update()
             backoff = True
         except Exception:

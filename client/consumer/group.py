@@ -337,14 +337,9 @@ class GroupCoordinator:
             await asyncio.sleep(self._backoff)
 
     async def _connect_coordinator(self, node_id: int, host: str, port: int) -> BrokerConnection:
-        conn = BrokerConnection(
-            host,
-            port,
-            node_id=node_id,
-            client_id=self._cluster.client_id,
-            request_timeout_ms=self._config.request_timeout_ms,
+        conn = await self._cluster.open_connection(
+            host, port, node_id=node_id, request_timeout_ms=self._config.request_timeout_ms
         )
-        await conn.connect()
         self._conn = conn
         log.debug("group %s: coordinator is broker %s at %s:%s", self._config.group_id, node_id, host, port)
         return conn

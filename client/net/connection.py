@@ -10,12 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
+import ssl
 import struct
 from collections.abc import Callable
 from typing import Any
 
 from kafkakit import __version__
-from kafkakit.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
+from kafkakit.errors import (
+    AuthenticationError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    SslAuthenticationError,
+    SSLVerificationError,
+    UnsupportedVersionError,
+)
+from kafkakit.net.sasl import SaslAuthenticator
+from kafkakit.net.security import PLAINTEXT, SecurityConfig
 from kafkakit.protocol.build import make_request
 from kafkakit.protocol.framing import ApiKey, _reader, decode_response, encode_request
 from kafkakit.protocol.versions import CLIENT_API_VERSIONS, pick_version
@@ -24,9 +36,24 @@ from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersio
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
+#: TLS alerts by which a broker refuses the client's certificate (or its absence): not worth a retry.
+_PEER_REFUSED_ALERTS = frozenset(
+    {
+        "TLSV13_ALERT_CERTIFICATE_REQUIRED",
+        "SSLV3_ALERT_BAD_CERTIFICATE",
+        "SSLV3_ALERT_CERTIFICATE_UNKNOWN",
+        "TLSV1_ALERT_UNKNOWN_CA",
+        "SSLV3_ALERT_CERTIFICATE_EXPIRED",
+        "SSLV3_ALERT_CERTIFICATE_REVOKED",
+        "TLSV1_ALERT_ACCESS_DENIED",
+    }
+)
 _CORRELATION = struct.Struct(">i")
 _UNSUPPORTED_VERSION = 35
 _MAX_RESPONSE_BYTES = 1 << 31  # a sanity bound: a larger size means a broken stream
+# Re-authenticate at a random point in this share of the session lifetime, as the Java client
+# does, so that a client's connections do not all re-authenticate at once.
+_REAUTH_WINDOW = (0.85, 0.95)
 
 
 class _Pending:
@@ -52,6 +79,8 @@ class BrokerConnection:
         request_timeout_ms: int = 30000,
         connect_timeout_ms: int = 10000,
         on_close: Callable[[BrokerConnection], None] | None = None,
+        security: SecurityConfig = PLAINTEXT,
+        authenticator: SaslAuthenticator | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -69,6 +98,17 @@ class BrokerConnection:
         self._next_correlation_id = 0
         self._closed = False
         self._close_reason: BaseException | None = None
+        self.security = security
+        if security.uses_sasl and authenticator is None:
+            authenticator = SaslAuthenticator(security)
+        self._authenticator = authenticator if security.uses_sasl else None
+        #: Milliseconds the broker granted the current SASL session (KIP-368; 0 = unlimited).
+        self.session_lifetime_ms = 0
+        self.reauthentications = 0
+        # Frames written while re-authenticating wait here, in order (None: not re-authenticating).
+        self._held: list[bytes] | None = None
+        self._reauth_timer: asyncio.TimerHandle | None = None
+        self._reauth_task: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
@@ -78,20 +118,67 @@ class BrokerConnection:
         return self._writer is not None and not self._closed
 
     async def connect(self) -> None:
-        """Open the socket and negotiate API versions."""
-        try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, limit=1 << 20), self.connect_timeout
-            )
-        except (TimeoutError, OSError) as exc:
-            self._closed = True
-            raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
+        """Open the socket (TLS when configured), negotiate API versions, then authenticate (SASL)."""
+        await self._open_socket()
         self._read_task = asyncio.create_task(self._read_loop(), name=f"kafkakit-read-{self.host}:{self.port}")
         try:
             await self._negotiate_versions()
-        except BaseException:
+            if self._authenticator is not None:
+                self._session_started(await self._authenticator.authenticate(self))
+        except BaseException as exc:
+            # A broker that closes the socket during SASL has refused us; say which step.
             await self.close()
+            if isinstance(exc, KafkaConnectionError) and not isinstance(exc, AuthenticationError):
+                raise self._explain_early_close(exc) from exc
             raise
+
+    async def _open_socket(self) -> None:
+        tls = self.security.ssl_context if self.security.uses_ssl else None
+        where = f"{self.host}:{self.port}"
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                self._reader, self._writer = await asyncio.open_connection(
+                    self.host,
+                    self.port,
+                    limit=1 << 20,
+                    ssl=tls,
+                    server_hostname=self.host if tls is not None else None,
+                    ssl_handshake_timeout=self.connect_timeout if tls is not None else None,
+                )
+        except ssl.SSLCertVerificationError as exc:
+            self._closed = True
+            raise SSLVerificationError(
+                f"TLS certificate verification of {where} failed: {exc.verify_message or exc.reason}"
+            ) from exc
+        except ssl.SSLError as exc:
+            self._closed = True
+            if exc.reason in _PEER_REFUSED_ALERTS:
+                raise self._tls_refused(exc) from exc
+            raise KafkaConnectionError(
+                f"TLS handshake with {where} failed: {exc.reason or exc} (is {where} a TLS listener?)"
+            ) from exc
+        except (TimeoutError, OSError) as exc:
+            self._closed = True
+            raise KafkaConnectionError(f"cannot connect to {where}: {exc!r}") from exc
+
+    def _tls_refused(self, exc: ssl.SSLError) -> SslAuthenticationError:
+        return SslAuthenticationError(
+            f"{self.host}:{self.port} refused this client's TLS certificate ({exc.reason}): the listener "
+            "requires a client certificate it trusts (create_ssl_context(certfile=..., keyfile=...))"
+        )
+
+    def _explain_early_close(self, exc: KafkaConnectionError) -> KafkaConnectionError:
+        """A connection lost before it was ready, with the likeliest reason in words."""
+        where = f"{self.host}:{self.port}"
+        if not self.broker_api_versions:
+            hint = (
+                "the TLS session ended (does the broker require a client certificate?)"
+                if self.security.uses_ssl
+                else "no ApiVersions answer (is it a TLS or SASL listener? check security_protocol)"
+            )
+        else:
+            hint = "the broker closed the connection during SASL authentication"
+        return KafkaConnectionError(f"connection to {where} lost before it was ready: {hint}: {exc}")
 
     async def _negotiate_versions(self) -> None:
         version = CLIENT_API_VERSIONS[ApiKey.API_VERSIONS][1]
@@ -115,6 +202,54 @@ class BrokerConnection:
             return
         raise UnsupportedVersionError("broker rejected every ApiVersions version")
 
+    async def sasl_call(self, api_key: int, **fields: Any) -> Any:
+        """One SASL request/response, sent ahead of any frames held back by a re-authentication."""
+        future = self.send_frame(self.request(api_key, **fields), bypass_hold=True)
+        assert future is not None
+        async with asyncio.timeout(self.request_timeout):
+            return await asyncio.shield(future)
+
+    # -- KIP-368 re-authentication ------------------------------------------
+
+    def _session_started(self, lifetime_ms: int) -> None:
+        self.session_lifetime_ms = lifetime_ms
+        if lifetime_ms <= 0 or self._closed:
+            return
+        delay = lifetime_ms / 1000 * random.uniform(*_REAUTH_WINDOW)
+        self._reauth_timer = asyncio.get_running_loop().call_later(delay, self._begin_reauthentication)
+
+    def _begin_reauthentication(self) -> None:
+        self._reauth_timer = None
+        if self._closed or self._authenticator is None:
+            return
+        self._reauth_task = asyncio.create_task(self._reauthenticate(), name=f"kafkakit-reauth-{self.host}:{self.port}")
+
+    async def _reauthenticate(self) -> None:
+        """Authenticate again on this connection while other requests wait, so none fails.
+
+        Requests already in flight complete normally (the broker answers them first);
+        requests made meanwhile are queued and written once the new session is up.
+        """
+        assert self._authenticator is not None
+        self._held = []
+        try:
+            lifetime_ms = await self._authenticator.authenticate(self)
+        except asyncio.CancelledError:
+            raise
+        except KafkaError as exc:
+            log.warning("re-authentication to %s:%s failed: %s", self.host, self.port, exc)
+            self._fail(exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - a mechanism bug must close, not strand requests
+            self._fail(KafkaConnectionError(f"re-authentication to {self.host}:{self.port} failed: {exc!r}"))
+            return
+        finally:
+            held, self._held = self._held, None
+            if held and not self._closed and self._writer is not None:
+                self._writer.write(b"".join(held))
+        self.reauthentications += 1
+        self._session_started(lifetime_ms)
+
     def version(self, api_key: int) -> int:
         """The version to use for ``api_key`` on this connection."""
         chosen = pick_version(api_key, self.broker_api_versions.get(api_key))
@@ -136,7 +271,9 @@ class BrokerConnection:
         """Build, send and await one request at the negotiated version."""
         return await self.send(self.request(api_key, **fields))
 
-    def send_frame(self, request: Any, *, expect_response: bool = True, raw: bool = False) -> asyncio.Future[Any] | None:
+    def send_frame(
+        self, request: Any, *, expect_response: bool = True, raw: bool = False, bypass_hold: bool = False
+    ) -> asyncio.Future[Any] | None:
         """Queue ``request`` for writing and return the future of its response.
 
         Synchronous so a caller can pipeline several requests without awaiting
@@ -152,7 +289,10 @@ class BrokerConnection:
         if expect_response:
             future = asyncio.get_running_loop().create_future()
             self._pending[correlation_id] = _Pending(type(request).__api_key__, type(request).__version__, future, raw)
-        self._writer.write(frame)
+        if self._held is not None and not bypass_hold:
+            self._held.append(frame)
+        else:
+            self._writer.write(frame)
         return future
 
     async def send(self, request: Any, *, expect_response: bool = True, raw: bool = False, timeout: float | None = None) -> Any:
@@ -185,6 +325,10 @@ class BrokerConnection:
                     raise KafkaConnectionError(f"invalid response size {size}")
                 body = await reader.readexactly(size)
                 self._dispatch(body)
+        except ssl.SSLError as exc:
+            # TLS 1.3 sends the server's verdict on our certificate after the handshake.
+            refused = exc.reason in _PEER_REFUSED_ALERTS
+            self._fail(self._tls_refused(exc) if refused else KafkaConnectionError(f"TLS error from {self.host}:{self.port}: {exc!r}"))
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
             self._fail(KafkaConnectionError(f"connection to {self.host}:{self.port} lost: {exc!r}"))
         except KafkaConnectionError as exc:
@@ -224,6 +368,9 @@ class BrokerConnection:
             return
         self._closed = True
         self._close_reason = error
+        if self._reauth_timer is not None:
+            self._reauth_timer.cancel()
+            self._reauth_timer = None
         pending, self._pending = self._pending, {}
         for item in pending.values():
             if not item.future.done():
@@ -237,13 +384,13 @@ class BrokerConnection:
     async def close(self) -> None:
         """Close the socket and fail pending requests."""
         self._fail(KafkaConnectionError("connection closed"))
-        task = self._read_task
-        if task is not None and not task.done() and task is not asyncio.current_task():
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+        for task in (self._read_task, self._reauth_task):
+            if task is not None and not task.done() and task is not asyncio.current_task():
+                task.cancel()
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):
+                    pass
         if self._writer is not None:
             try:
                 await self._writer.wait_closed()

@@ -414,14 +414,19 @@ class Accumulator:
             )
         return sequenced
 
-    def fail_queued(self, error: KafkaError) -> bool:
-        """Fail every batch waiting in a queue (not those in flight): an aborted transaction.
+    def fail_queued(
+        self, error: KafkaError, where: Callable[[PartitionQueue], bool] | None = None
+    ) -> bool:
+        """Fail every batch waiting in a queue (not those in flight): an aborted transaction,
+        or, with ``where``, the partitions it selects (a broker that refused us).
 
         Returns whether one of them had a sequence number (a retry), i.e. left a gap.
         """
         sequenced = False
         for by_partition in self.queues.values():
             for pq in by_partition.values():
+                if where is not None and not where(pq):
+                    continue
                 while pq.batches:
                     batch = pq.batches.popleft()
                     sequenced = sequenced or batch.base_sequence >= 0

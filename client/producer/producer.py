@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping, Sequence
 from itertools import accumulate, repeat
@@ -38,6 +39,7 @@ from kafkakit.errors import (
     TransactionAbortedError,
     UnknownTopicOrPartitionError,
 )
+from kafkakit.net.security import OAuthTokenProvider, SecurityConfig
 from kafkakit.producer.accumulator import (
     BATCH_HEADER_SIZE,
     RECORD_OVERHEAD,
@@ -144,6 +146,13 @@ class Producer:
         transactional_id: str | None = None,
         max_in_flight_requests_per_connection: int = 5,
         transaction_timeout_ms: int = 60000,
+        security_protocol: str = "PLAINTEXT",
+        ssl_context: ssl.SSLContext | None = None,
+        sasl_mechanism: str = "PLAIN",
+        sasl_plain_username: str | None = None,
+        sasl_plain_password: str | None = None,
+        sasl_oauth_token_provider: OAuthTokenProvider | None = None,
+        sasl_oauth_extensions: Mapping[str, str] | None = None,
     ) -> None:
         parse_bootstrap(bootstrap_servers)  # raises KafkaConfigError("bootstrap_servers", ...)
         if not isinstance(client_id, str) or not client_id:
@@ -213,6 +222,15 @@ class Producer:
             request_timeout_ms=request_timeout_ms,
             metadata_max_age_ms=metadata_max_age_ms,
             retry_backoff_ms=retry_backoff_ms,
+            security=SecurityConfig(
+                security_protocol=security_protocol,
+                ssl_context=ssl_context,
+                sasl_mechanism=sasl_mechanism,
+                sasl_plain_username=sasl_plain_username,
+                sasl_plain_password=sasl_plain_password,
+                sasl_oauth_token_provider=sasl_oauth_token_provider,
+                sasl_oauth_extensions=sasl_oauth_extensions or {},
+            ),
         )
         self._acc = Accumulator(
             max_batch_size=max_batch_size,

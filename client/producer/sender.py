@@ -232,7 +232,7 @@ class Sender:
                 if not pq.batches:
                     continue
                 if acc.expire(pq, now, self._delivery_timeout):
-                    self._sequence_gap(pq.tp)
+                    self._sequence_gap(KafkaError(f"a batch to {pq.tp.topic}-{pq.tp.partition} expired"))
                 if not pq.batches or self._blocked(pq, guarantee_order):
                     continue
                 if txn is not None and not txn.partition_added(pq.tp):
@@ -595,14 +595,12 @@ class Sender:
             return True
         return False
 
-    def _sequence_gap(self, tp: TopicPartition) -> None:
+    def _sequence_gap(self, reason: KafkaError) -> None:
         """A sequenced batch was given up: the broker would see a gap after it."""
         if self._identity is None:
             return
         if self._txn is not None:
-            self._txn.on_batch_error(
-                KafkaError(f"a batch to {tp.topic}-{tp.partition} expired"), sequence_gap=True
-            )
+            self._txn.on_batch_error(reason, sequence_gap=True)
         else:
             self._reset_wanted = True
 
@@ -666,7 +664,7 @@ class Sender:
         if self._txn is not None:
             self._txn.on_batch_error(error, sequence_gap=batch.base_sequence >= 0)
         elif batch.base_sequence >= 0:
-            self._sequence_gap(pq.tp)
+            self._sequence_gap(KafkaError(f"a batch to {pq.tp.topic}-{pq.tp.partition} failed: {error}"))
 
     # -- connections and metadata -------------------------------------------------
 
@@ -684,12 +682,22 @@ class Sender:
         if task.cancelled():
             return
         error = task.exception()
-        if error is not None:
+        if isinstance(error, KafkaError) and not error.retriable:
+            # Refused (authentication, an untrusted certificate): every try would fail the same
+            # way, so the records for this broker fail now instead of at delivery_timeout_ms.
+            log.warning("cannot connect to broker %s: %s", node_id, error)
+            self._fail_where(lambda pq: self._cluster.metadata.leader_for(pq.tp) == node_id, error)
+        elif error is not None:
             log.info("cannot connect to broker %s: %s", node_id, error)
             self._cluster.request_metadata_update()
         else:
             self._connections[node_id] = task.result()
         self.wake()
+
+    def _fail_where(self, selected: Callable[[PartitionQueue], bool], error: KafkaError) -> None:
+        """Fail every queued batch of the selected partitions with ``error``."""
+        if self._acc.fail_queued(error, selected):
+            self._sequence_gap(error)
 
     def _refresh_metadata(self) -> None:
         if self._refresh_task is not None and not self._refresh_task.done():
@@ -707,7 +715,10 @@ class Sender:
         if task.cancelled():
             return
         error = task.exception()
-        if error is not None:
+        if isinstance(error, KafkaError) and not error.retriable:
+            log.warning("metadata refresh failed: %s", error)
+            self._fail_where(lambda pq: True, error)
+        elif error is not None:
             log.info("metadata refresh failed: %s", error)
         self._on_metadata_update()
         self.wake()

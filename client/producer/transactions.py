@@ -189,11 +189,8 @@ class _Coordinators:
         hint = self.hints.get((key_type, key))
         if hint is None:
             hint = await self._find(key_type, key)
-        conn = BrokerConnection(
-            hint[0], hint[1], client_id=self._cluster.client_id, request_timeout_ms=self._request_timeout_ms
-        )
         try:
-            await conn.connect()
+            conn = await self._cluster.open_connection(hint[0], hint[1], request_timeout_ms=self._request_timeout_ms)
         except KafkaError:
             self.hints.pop((key_type, key), None)
             raise

@@ -66,7 +66,7 @@ def test_kafka_options_become_client_keywords() -> None:
 
 @pytest.mark.parametrize(
     ("option", "reason"),
-    [("kafka.security.protocol", "not a setting"), ("kafka.auto.offset.reset", "managed by"), ("kafka.transactional.id", "managed by")],
+    [("kafka.sasl.kerberos.service.name", "not a setting"), ("kafka.auto.offset.reset", "managed by"), ("kafka.transactional.id", "managed by")],
 )
 def test_unknown_or_reserved_kafka_options_are_rejected(option: str, reason: str) -> None:
     with pytest.raises(KafkaConfigError, match=reason) as raised:
