@@ -25,6 +25,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -39,7 +40,14 @@ def _batching(linger: str, size: str) -> dict[str, int]:
     return {linger: 5, size: 1 << 20} if _tuned() else {}
 
 
-PRODUCERS = ["kafkakit", "kafkakit-bulk", "aiokafka", "kafka-python", "confluent"]
+PRODUCERS = [
+    "kafkakit", "kafkakit-bulk", "aiokafka", "kafka-python", "confluent",
+    "kafkakit-gather", "aiokafka-gather", "kafka-python-gather", "confluent-gather",
+]  # fmt: skip
+#: "-gather" producers wait for every GATHER_CHUNK records' acknowledgements, as applications
+#: that keep the futures of send() and gather them do (asyncio.gather; .get() or flush() for the
+#: synchronous clients).
+GATHER_CHUNK = 10_000
 CONSUMERS = ["kafkakit", "aiokafka", "kafka-python", "confluent"]
 
 
@@ -74,6 +82,58 @@ async def _produce_kafkakit(bootstrap: str, topic: str, n: int, size: int, codec
             assert last is not None
             await last
         return time.perf_counter() - start
+
+
+async def _produce_gathering(producer: Any, topic: str, n: int, value: bytes) -> float:
+    """``await send()`` per record, keeping the futures and gathering every GATHER_CHUNK (kafkakit, aiokafka)."""
+    start = time.perf_counter()
+    send = producer.send
+    futures = []
+    for i in range(1, n + 1):
+        futures.append(await send(topic, value, partition=0))
+        if i % GATHER_CHUNK == 0 or i == n:
+            await asyncio.gather(*futures)
+            futures = []
+    return time.perf_counter() - start
+
+
+async def _produce_kafkakit_gather(bootstrap: str, topic: str, n: int, size: int, codec: str | None) -> float:
+    from kafkakit import Producer
+
+    async with Producer(bootstrap_servers=bootstrap, acks=1, compression_type=codec, **_batching("linger_ms", "max_batch_size")) as producer:
+        await producer.partitions_for(topic)
+        return await _produce_gathering(producer, topic, n, _payload(size))
+
+
+async def _produce_aiokafka_gather(bootstrap: str, topic: str, n: int, size: int, codec: str | None) -> float:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=1, compression_type=codec, **_batching("linger_ms", "max_batch_size"))
+    await producer.start()
+    try:
+        await producer.partitions_for(topic)
+        return await _produce_gathering(producer, topic, n, _payload(size))
+    finally:
+        await producer.stop()
+
+
+def _produce_kafka_python_gather(bootstrap: str, topic: str, n: int, size: int, codec: str | None) -> float:
+    from kafka import KafkaProducer
+
+    value = _payload(size)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, compression_type=codec, **_batching("linger_ms", "batch_size"))
+    producer.partitions_for(topic)
+    start = time.perf_counter()
+    futures = []
+    for i in range(1, n + 1):
+        futures.append(producer.send(topic, value, partition=0))
+        if i % GATHER_CHUNK == 0 or i == n:
+            for future in futures:
+                future.get(timeout=60)
+            futures = []
+    elapsed = time.perf_counter() - start
+    producer.close()
+    return elapsed
 
 
 async def _produce_aiokafka(bootstrap: str, topic: str, n: int, size: int, codec: str | None) -> float:
@@ -113,7 +173,7 @@ def _produce_kafka_python(bootstrap: str, topic: str, n: int, size: int, codec: 
     return elapsed
 
 
-def _produce_confluent(bootstrap: str, topic: str, n: int, size: int, codec: str | None) -> float:
+def _produce_confluent(bootstrap: str, topic: str, n: int, size: int, codec: str | None, flush_every: int = 0) -> float:
     from confluent_kafka import Producer
 
     value = _payload(size)
@@ -140,6 +200,8 @@ def _produce_confluent(bootstrap: str, topic: str, n: int, size: int, codec: str
             produce(topic, value, partition=0)
         if i & 0xFFFF == 0:
             poll(0)
+        if flush_every and (i + 1) % flush_every == 0:
+            producer.flush(60)  # wait for this chunk's delivery reports, as gathering futures does
     remaining = producer.flush(60)
     elapsed = time.perf_counter() - start
     assert remaining == 0, f"{remaining} messages not delivered"
@@ -245,6 +307,14 @@ def run_worker(spec: dict[str, object]) -> float:
             return _produce_kafka_python(bootstrap, topic, n, size, codec)
         if client == "confluent":
             return _produce_confluent(bootstrap, topic, n, size, codec)
+        if client == "kafkakit-gather":
+            return asyncio.run(_produce_kafkakit_gather(bootstrap, topic, n, size, codec))
+        if client == "aiokafka-gather":
+            return asyncio.run(_produce_aiokafka_gather(bootstrap, topic, n, size, codec))
+        if client == "kafka-python-gather":
+            return _produce_kafka_python_gather(bootstrap, topic, n, size, codec)
+        if client == "confluent-gather":
+            return _produce_confluent(bootstrap, topic, n, size, codec, flush_every=GATHER_CHUNK)
     else:
         if client == "kafkakit":
             return asyncio.run(_consume_kafkakit(bootstrap, topic, n))

@@ -15,6 +15,7 @@ a :class:`~kafkakit.structs.RecordMetadata` only when someone asks.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
@@ -56,6 +57,7 @@ class ProducerBatch:
         "reserved",
         "base_sequence",
         "followers",
+        "waiters",
     )
 
     def __init__(
@@ -79,9 +81,37 @@ class ProducerBatch:
         # Idempotence: batches sent inside this one's record batch (merged at first drain and
         # kept together across retries, so a resend is byte-identical); resolved with it.
         self.followers: list[ProducerBatch] | None = None
+        # Record futures with callbacks; one callback on ``future`` fans out to them all.
+        self.waiters: list[RecordFuture] | None = None
 
     def __repr__(self) -> str:
         return f"<ProducerBatch {self.tp.topic}-{self.tp.partition} #{self.seq} records={self.record_count} size={self.size}>"
+
+    def add_waiter(self, record: RecordFuture) -> None:
+        """Have ``record`` told when this batch completes (once per record)."""
+        waiters = self.waiters
+        if waiters is None:
+            waiters = self.waiters = []
+            self.future.add_done_callback(self._fan_out)
+        waiters.append(record)
+
+    def _fan_out(self, _future: asyncio.Future[BatchResult]) -> None:
+        waiters, self.waiters = self.waiters or [], None
+        for record in waiters:
+            # Inlined for the common case, one callback without a context (asyncio.gather's).
+            state = record._state
+            if state is None or type(state) is _Cancelled:
+                continue  # cancelled, or listed twice and already called
+            if type(state) is list:
+                record._batch_done()
+                continue
+            record._state = None
+            try:
+                state(record)  # type: ignore[operator]  # narrowed above by type() checks
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                record._report(state, exc)
 
     def encode(self, compression: int) -> bytes:
         """The wire bytes of this batch, built once and kept for retries."""
@@ -91,51 +121,174 @@ class ProducerBatch:
         return data
 
 
-class RecordFuture:
-    """The awaitable result of one ``send()``: ``await`` it for the RecordMetadata.
+class _Cancelled:
+    """The state of a cancelled RecordFuture: the message to raise CancelledError with."""
 
-    Cheaper than an ``asyncio.Future`` per record: it holds the batch and the
-    record's offset delta and builds the metadata on demand.  Supports the
-    usual future calls (``done``, ``result``, ``exception``, ``add_done_callback``).
+    __slots__ = ("message",)
+
+    def __init__(self, message: str | None) -> None:
+        self.message = message
+
+
+Callback = tuple[Callable[["RecordFuture"], object], contextvars.Context | None]
+
+
+class RecordFuture:
+    """The result of one ``send()``: an asyncio-compatible future of its RecordMetadata.
+
+    ``asyncio.isfuture()`` is true for it, so ``asyncio.gather``, ``wait``,
+    ``as_completed``, ``shield`` and ``await`` use it directly instead of wrapping
+    it in a Task, and it has the Future API (``done``, ``result``, ``exception``,
+    ``cancel``, ``add_done_callback``, ``remove_done_callback``, ``get_loop``).
+
+    It is cheaper than an ``asyncio.Future`` per record: it holds the batch and
+    the record's offset delta and builds the metadata on demand.  The record
+    futures of a batch that have callbacks share one callback on the batch's
+    future, which fans out to them.
+
+    Cancelling it (directly, or by cancelling a Task or ``gather`` awaiting it)
+    cancels only this future: the record stays in its batch and may still be
+    delivered, as with the futures of aiokafka's ``send()``.
     """
 
-    __slots__ = ("_batch", "_delta", "_timestamp")
+    # _state: None (nothing waits), one callback, a list of (callback, context), or _Cancelled.
+    # _asyncio_future_blocking is asyncio's duck-typing flag (asyncio.isfuture, Task.__step):
+    # a slot, so that reading it is as cheap as on asyncio's own futures.
+    __slots__ = ("_batch", "_delta", "_timestamp", "_state", "_asyncio_future_blocking")
 
     def __init__(self, batch: ProducerBatch, delta: int, timestamp: int) -> None:
         self._batch = batch
         self._delta = delta
         self._timestamp = timestamp
+        self._state: Callable[[RecordFuture], object] | list[Callback] | _Cancelled | None = None
+        self._asyncio_future_blocking = False
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
-        result = yield from self._batch.future.__await__()
-        return self._metadata(result)
+        if not self.done():
+            self._asyncio_future_blocking = True
+            yield self  # the Task waits on this future: cancelling the Task cancels only it
+            if not self.done():
+                raise RuntimeError("await wasn't used with future")
+        return self.result()
 
-    def _metadata(self, result: BatchResult) -> RecordMetadata:
-        base_offset, log_append_time, log_start_offset = result
-        tp = self._batch.tp
+    __iter__ = __await__
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._batch.future.get_loop()
+
+    def done(self) -> bool:
+        return self._batch.future.done() or type(self._state) is _Cancelled
+
+    def cancelled(self) -> bool:
+        return type(self._state) is _Cancelled
+
+    def cancel(self, msg: str | None = None) -> bool:
+        """Cancel this future (not the record's delivery); False when it is already done."""
+        if self.done():
+            return False
+        callbacks = self._take_callbacks()
+        self._state = _Cancelled(msg)
+        loop = self.get_loop()
+        for callback, context in callbacks:
+            loop.call_soon(callback, self, context=context)
+        return True
+
+    def _make_cancelled_error(self) -> asyncio.CancelledError:
+        """What asyncio.gather raises for a cancelled child (part of asyncio's future protocol)."""
+        state = self._state
+        message = state.message if isinstance(state, _Cancelled) else None
+        return asyncio.CancelledError(message) if message else asyncio.CancelledError()
+
+    def result(self) -> RecordMetadata:
+        """The metadata; raises the delivery error, CancelledError, or InvalidStateError while pending."""
+        if type(self._state) is _Cancelled:
+            raise self._make_cancelled_error()
+        batch = self._batch
+        base_offset, log_append_time, log_start_offset = batch.future.result()
+        tp = batch.tp
         offset = base_offset + self._delta if base_offset >= 0 else -1
         if log_append_time >= 0:
             return RecordMetadata(tp.topic, tp.partition, offset, log_append_time, 1, log_start_offset)
         return RecordMetadata(tp.topic, tp.partition, offset, self._timestamp, 0, log_start_offset)
 
-    def done(self) -> bool:
-        return self._batch.future.done()
-
-    def cancelled(self) -> bool:
-        return False
-
-    def result(self) -> RecordMetadata:
-        """The metadata; raises the delivery error, or InvalidStateError while pending."""
-        return self._metadata(self._batch.future.result())
-
     def exception(self) -> BaseException | None:
+        if type(self._state) is _Cancelled:
+            raise self._make_cancelled_error()
         return self._batch.future.exception()
 
-    def add_done_callback(self, callback: Callable[[RecordFuture], object]) -> None:
-        self._batch.future.add_done_callback(lambda _f: callback(self))
+    def add_done_callback(
+        self, callback: Callable[[RecordFuture], object], *, context: contextvars.Context | None = None
+    ) -> None:
+        """Call ``callback(self)`` once done (soon, if it already is), as ``asyncio.Future`` does."""
+        state = self._state
+        if self._batch.future.done() or type(state) is _Cancelled:
+            self.get_loop().call_soon(callback, self, context=context)
+        elif state is None:
+            # One callback without a context (asyncio.gather's) is kept as is: no allocation.
+            self._state = callback if context is None else [(callback, context)]
+            self._batch.add_waiter(self)
+        elif type(state) is list:
+            state.append((callback, context))
+        else:
+            self._state = [(state, None), (callback, context)]  # type: ignore[list-item]
+
+    def remove_done_callback(self, callback: Callable[[RecordFuture], object]) -> int:
+        if type(self._state) is _Cancelled:
+            return 0  # its callbacks were already scheduled
+        callbacks = self._take_callbacks()
+        kept = [(fn, ctx) for fn, ctx in callbacks if fn != callback]
+        self._state = kept or None
+        return len(callbacks) - len(kept)
+
+    def _take_callbacks(self) -> list[Callback]:
+        """The pending callbacks, removed from this future (cancelled or not, the state stays)."""
+        state = self._state
+        if state is None or type(state) is _Cancelled:
+            return []
+        if type(state) is list:
+            self._state = None
+            return state
+        self._state = None
+        return [(state, None)]  # type: ignore[list-item]
+
+    def _batch_done(self) -> None:
+        """The batch completed: run this future's callbacks now (we are already in a loop callback)."""
+        state = self._state
+        if state is None or type(state) is _Cancelled:
+            return  # nothing left to call, or cancelled (its callbacks already ran)
+        self._state = None
+        if type(state) is not list:
+            try:
+                state(self)  # type: ignore[operator]
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._report(state, exc)
+            return
+        for callback, context in state:  # type: ignore[union-attr]
+            try:
+                if context is None:
+                    callback(self)
+                else:
+                    context.run(callback, self)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._report(callback, exc)
+
+    def _report(self, callback: object, exc: BaseException) -> None:
+        """An exception in a callback is reported like one in a loop callback, not raised."""
+        self.get_loop().call_exception_handler(
+            {"message": f"Exception in callback {callback!r}", "exception": exc, "future": self}
+        )
 
     def __repr__(self) -> str:
-        state = "pending" if not self.done() else ("failed" if self.exception() else "done")
+        if not self.done():
+            state = "pending"
+        elif self.cancelled():
+            state = "cancelled"
+        else:
+            state = "failed" if self._batch.future.exception() else "done"
         return f"<RecordFuture {self._batch.tp.topic}-{self._batch.tp.partition} delta={self._delta} {state}>"
 
 

@@ -1,0 +1,134 @@
+"""The futures of ``Producer.send()`` behave as asyncio futures under every asyncio helper.
+
+They are not ``asyncio.Future`` objects (one per record would cost too much), but
+``asyncio.isfuture`` accepts them, so gather/wait/as_completed/shield use them
+directly, and cancelling one cancels only it, never the batch it shares.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+
+import pytest
+from kafkakit import Consumer, Producer, RecordMetadata, TopicPartition
+from kafkakit.errors import KafkaError
+
+from tests.brokers import BrokerMinServer
+
+
+@pytest.fixture
+async def producer(broker_min: BrokerMinServer) -> Producer:
+    async with Producer(bootstrap_servers=broker_min.bootstrap_servers, linger_ms=20) as producer:
+        yield producer  # type: ignore[misc]
+
+
+async def _count(broker: BrokerMinServer, topic: str) -> int:
+    async with Consumer(bootstrap_servers=broker.bootstrap_servers) as consumer:
+        tp = TopicPartition(topic, 0)
+        return (await consumer.end_offsets([tp]))[tp]
+
+
+async def test_send_futures_are_asyncio_futures_under_gather(producer: Producer, topic: str) -> None:
+    futures = [await producer.send(topic, f"{i}".encode(), partition=0) for i in range(500)]
+    assert all(asyncio.isfuture(f) for f in futures)
+    results = await asyncio.gather(*futures)
+    assert [r.offset for r in results] == list(range(500))
+    assert all(isinstance(r, RecordMetadata) and r.topic == topic for r in results)
+    assert all(f.done() and not f.cancelled() and f.exception() is None for f in futures)
+    assert futures[3].result() == results[3]
+
+
+async def test_wait_as_completed_shield_ensure_future(producer: Producer, topic: str) -> None:
+    futures = [await producer.send(topic, b"x", partition=0) for _ in range(20)]
+    done, pending = await asyncio.wait(futures)
+    assert len(done) == 20 and not pending
+    futures = [await producer.send(topic, b"y", partition=0) for _ in range(20)]
+    offsets = sorted([(await f).offset for f in asyncio.as_completed(futures)])
+    assert offsets == list(range(20, 40))
+    future = await producer.send(topic, b"z", partition=0)
+    assert (await asyncio.shield(future)).offset == 40
+    future = await producer.send(topic, b"z", partition=0)
+    assert asyncio.ensure_future(future) is future  # no Task wrapped around it
+    assert (await future).offset == 41
+
+
+async def test_cancelling_one_future_leaves_the_batch_and_its_record_alone(
+    producer: Producer, topic: str, broker_min: BrokerMinServer
+) -> None:
+    first = await producer.send(topic, b"a", partition=0)
+    second = await producer.send(topic, b"b", partition=0)  # same batch as `first`
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(first, 0.001)  # times out inside the 20 ms linger and cancels `first`
+    assert first.cancelled() and first.done()
+    with pytest.raises(asyncio.CancelledError):
+        first.result()
+    assert (await second).offset == 1  # the shared batch was not cancelled
+    await producer.flush()
+    assert await _count(broker_min, topic) == 2  # the cancelled future's record was still delivered
+
+
+async def test_cancelling_a_task_awaiting_a_future(producer: Producer, topic: str) -> None:
+    future = await producer.send(topic, b"a", partition=0)
+    other = await producer.send(topic, b"b", partition=0)
+    task = asyncio.create_task(_await(future))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert future.cancelled()
+    assert (await other).offset == 1
+
+
+async def _await(future: object) -> object:
+    return await future  # type: ignore[misc]
+
+
+async def test_gather_cancel_cancels_the_children(producer: Producer, topic: str) -> None:
+    futures = [await producer.send(topic, b"a", partition=0) for _ in range(3)]
+    gathered = asyncio.gather(*futures)
+    gathered.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gathered
+    assert all(f.cancelled() for f in futures)
+    assert not futures[0].cancel()  # already done
+
+
+async def test_callbacks_run_once_in_their_context_and_can_be_removed(producer: Producer, topic: str) -> None:
+    calls: list[tuple[str, object]] = []
+    marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="none")
+
+    def record(name: str) -> object:
+        return lambda f: calls.append((name, marker.get()))
+
+    future = await producer.send(topic, b"a", partition=0)
+    keep, drop = record("keep"), record("drop")
+    context = contextvars.copy_context()
+    context.run(marker.set, "ctx")
+    future.add_done_callback(keep, context=context)
+    future.add_done_callback(drop)
+    assert future.remove_done_callback(drop) == 1
+    await future
+    await asyncio.sleep(0)
+    future.add_done_callback(record("late"))  # already done: scheduled soon
+    await asyncio.sleep(0)
+    assert calls == [("keep", "ctx"), ("late", "none")]
+
+
+async def test_delivery_errors_reach_every_helper(broker_min: BrokerMinServer, topic: str) -> None:
+    big = b"x" * (2 << 20)  # allowed by this producer, larger than the broker's message.max.bytes
+    producer = Producer(bootstrap_servers=broker_min.bootstrap_servers, max_request_size=8 << 20, max_batch_size=8 << 20)
+    async with producer:
+        await _delivery_errors(producer, topic, big)
+
+
+async def _delivery_errors(producer: Producer, topic: str, big: bytes) -> None:
+    failing = await producer.send(topic, big, partition=0)
+    with pytest.raises(KafkaError):
+        await asyncio.gather(failing)
+    assert isinstance(failing.exception(), KafkaError)
+    failing = await producer.send(topic, big, partition=0)
+    results = await asyncio.gather(failing, return_exceptions=True)
+    assert isinstance(results[0], KafkaError)
+    ok = await producer.send(topic, b"small", partition=0)
+    assert isinstance((await asyncio.gather(ok, return_exceptions=True))[0], RecordMetadata)
