@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kafkakit.errors import KafkaConfigError
+from kafkakit.spark.security import SECURITY_KEYS, SecurityOptions
 
 BOOTSTRAP = "kafka.bootstrap.servers"
 
@@ -80,6 +81,10 @@ class SourceOptions:
     def bootstrap_servers(self) -> str:
         return self.require(BOOTSTRAP)
 
+    def security(self) -> SecurityOptions:
+        """The ``kafka.security.protocol``/``sasl.*``/``ssl.*`` options, checked now (see spark/security.py)."""
+        return SecurityOptions.from_options(self._values)
+
     def client_settings(self, client: Callable[..., Any], *, skip: Iterable[str] = ()) -> dict[str, Any]:
         """``kafka.*`` options as keyword arguments of ``client`` (Producer or Consumer).
 
@@ -87,7 +92,7 @@ class SourceOptions:
         rather than being silently ignored.
         """
         accepted = set(inspect.signature(client).parameters)
-        skipped = {s.lower() for s in skip} | {BOOTSTRAP}
+        skipped = {s.lower() for s in skip} | {BOOTSTRAP} | {f"kafka.{key}" for key in SECURITY_KEYS}
         settings: dict[str, Any] = {}
         for key, raw in self._values.items():
             if not key.startswith("kafka.") or key in skipped:

@@ -35,10 +35,12 @@ import pyarrow as pa
 from kafkakit.cluster import Cluster
 from kafkakit.consumer.offsets import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED, list_offsets
 from kafkakit.errors import KafkaError, KafkaTimeoutError, for_code
+from kafkakit.net.security import SecurityConfig
 from kafkakit.protocol.framing import ApiKey
 from kafkakit.records import iter_batch_headers
 from kafkakit.spark import runtime
 from kafkakit.spark.arrow import select_batches, to_record_batch
+from kafkakit.spark.security import SecurityOptions
 from kafkakit.structs import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,8 @@ class FetchSettings:
     poll_timeout_ms: int = 120000
     #: Connection settings as Cluster keyword arguments.
     connection: dict[str, Any] = field(default_factory=dict)
+    #: TLS/SASL options as strings; the SSLContext is built in each worker.
+    security: SecurityOptions = field(default_factory=SecurityOptions)
 
     @property
     def isolation(self) -> int:
@@ -86,11 +90,18 @@ _clusters_lock = threading.Lock()
 
 async def _cluster_for(settings: FetchSettings) -> Cluster:
     """A started Cluster shared by every task this Python worker runs (workers are reused)."""
-    key = (os.getpid(), settings.bootstrap_servers, tuple(sorted(settings.connection.items())))
+    key = (
+        os.getpid(),
+        settings.bootstrap_servers,
+        tuple(sorted(settings.connection.items())) + tuple(sorted(settings.security.settings.items())),
+    )
     with _clusters_lock:
         cluster = _clusters.get(key)
         if cluster is None:
-            cluster = _clusters[key] = Cluster(settings.bootstrap_servers, **settings.connection)
+            cluster = _clusters[key] = Cluster(
+                settings.bootstrap_servers, security=SecurityConfig(**settings.security.client_kwargs()),
+                **settings.connection,
+            )  # fmt: skip
             fresh = True
         else:
             fresh = False

@@ -34,6 +34,7 @@ import pyspark.sql.datasource as _ds
 from kafkakit import KafkaConfigError, Producer
 from kafkakit.spark import runtime
 from kafkakit.spark.options import _RENAMED, SourceOptions
+from kafkakit.spark.security import SecurityOptions
 from kafkakit.spark.two_phase import (
     FAILPOINTS_ENV,
     PreparedWrite,
@@ -88,6 +89,8 @@ class SinkConfig:
     producer_settings: dict[str, Any] = field(default_factory=dict)
     two_phase: TwoPhaseConfig | None = None
     client_id: str = "kafkakit-spark"
+    #: TLS/SASL options as strings; each producer builds its SSLContext from them.
+    security: SecurityOptions = field(default_factory=SecurityOptions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +184,7 @@ def sink_config(options: Mapping[str, str], schema: StructType) -> SinkConfig:
     topic = None if topic is None else topic.strip()
     layout = _layout(schema, topic)
     exactly_once = opts.bool("exactlyOnce", False)
+    security = opts.security()
     settings, timeout = _producer_settings(opts, exactly_once)
     client_id = str(settings.pop("client_id", "kafkakit-spark"))
     two_phase = None
@@ -194,12 +198,13 @@ def sink_config(options: Mapping[str, str], schema: StructType) -> SinkConfig:
             transaction_timeout_ms=timeout,
             producer_settings={k: v for k, v in settings.items() if k != "acks"},
             client_id=client_id,
+            security=security,
         )
     elif "transactionalIdPrefix" in opts or "exactlyOnce.controlTopic" in opts:
         raise KafkaConfigError(
             "exactlyOnce", "transactionalIdPrefix/exactlyOnce.controlTopic need exactlyOnce=true"
         )
-    return SinkConfig(bootstrap, topic, layout, settings, two_phase, client_id)
+    return SinkConfig(bootstrap, topic, layout, settings, two_phase, client_id, security)
 
 
 _ensured: set[tuple[str, str]] = set()
@@ -403,7 +408,8 @@ def _write_at_least_once(
     config: SinkConfig, chunks: Iterator[Chunk], batch: int | None, partition: int, attempt: int
 ) -> int:
     producer = Producer(
-        bootstrap_servers=config.bootstrap_servers, client_id=config.client_id, **config.producer_settings
+        bootstrap_servers=config.bootstrap_servers, client_id=config.client_id, **config.producer_settings,
+        **config.security.client_kwargs(),
     )
     runtime.run(producer.start())
     try:

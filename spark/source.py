@@ -118,6 +118,7 @@ def parse_options(options: Any) -> SourceConfig:
     isolation = (opts.get(_ISOLATION) or "read_committed").strip().lower()
     if isolation not in _ISOLATION_LEVELS:
         raise KafkaConfigError(_ISOLATION, f"must be one of {_ISOLATION_LEVELS}, got {isolation!r}")
+    security = opts.security()
     client = _client_settings(opts, isolation)
     connection = {k: v for k, v in client.items() if k in CONNECTION_SETTINGS}
     fetch_kwargs = {k: v for k, v in client.items() if k in _FETCH_SETTINGS}
@@ -129,6 +130,7 @@ def parse_options(options: Any) -> SourceConfig:
         fail_on_data_loss=opts.bool("failOnDataLoss", True),
         poll_timeout_ms=opts.int("kafkaConsumer.pollTimeoutMs", 120000, minimum=1) or 120000,
         connection=connection,
+        security=security,
         **fetch_kwargs,
     )
     return SourceConfig(
@@ -227,9 +229,11 @@ class Planner:
         if self._admin is None or self._consumer is None:
             fetch = self.config.fetch
             conn = fetch.connection
+            security = fetch.security.client_kwargs()
             admin = Admin(
                 bootstrap_servers=fetch.bootstrap_servers,
                 **{k: v for k, v in conn.items() if k in ("client_id", "request_timeout_ms", "retry_backoff_ms")},
+                **security,
             )
             consumer = Consumer(
                 bootstrap_servers=fetch.bootstrap_servers,
@@ -237,6 +241,7 @@ class Planner:
                 enable_auto_commit=False,
                 allow_auto_create_topics=False,
                 **conn,
+                **security,
             )
             await admin.start()
             await consumer.start()

@@ -61,7 +61,9 @@ from kafkakit.errors import (
     TopicAlreadyExistsError,
     UnknownProducerIdError,
 )
+from kafkakit.net.security import SecurityConfig
 from kafkakit.producer import TransactionHandle, TransactionState, complete_transaction
+from kafkakit.spark.security import SecurityOptions
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +103,12 @@ class TwoPhaseConfig:
     producer_settings: dict[str, Any] = field(default_factory=dict)
     client_id: str = "kafkakit-spark"
     request_timeout_ms: int = 30000
+    #: TLS/SASL options as strings (spark/security.py); clients build their SSLContext from them.
+    security: SecurityOptions = field(default_factory=SecurityOptions)
+
+    def client_security(self) -> dict[str, Any]:
+        """Security keyword arguments for a Producer, Consumer or Admin of this sink."""
+        return self.security.client_kwargs()
 
     def transactional_id(self, partition: int, attempt: int) -> str:
         return f"{self.prefix}.{partition}.{attempt}"
@@ -252,7 +260,7 @@ def _act(step: str, action: str, arg: str) -> None:
 
 async def ensure_control_topic(config: TwoPhaseConfig) -> None:
     """Create the compacted control topic if missing; refuse one that is not compacted."""
-    admin = Admin(bootstrap_servers=config.bootstrap_servers, client_id=config.client_id)
+    admin = Admin(bootstrap_servers=config.bootstrap_servers, client_id=config.client_id, **config.client_security())
     await admin.start()
     try:
         try:
@@ -284,6 +292,7 @@ async def read_control(config: TwoPhaseConfig) -> ControlView:
         auto_offset_reset="earliest",
         fetch_max_wait_ms=100,
         allow_auto_create_topics=False,
+        **config.client_security(),
     )
     view = ControlView()
     await consumer.start()
@@ -310,6 +319,7 @@ async def _write_control(config: TwoPhaseConfig, records: Sequence[tuple[bytes, 
         client_id=config.client_id,
         acks="all",
         request_timeout_ms=config.request_timeout_ms,
+        **config.client_security(),
     ) as producer:
         futures = [
             await producer.send(config.control_topic, value, key=key, partition=0) for key, value in records
@@ -365,6 +375,7 @@ class TaskTransaction:
             transactional_id=self.transactional_id,
             transaction_timeout_ms=config.transaction_timeout_ms,
             **config.producer_settings,
+            **config.client_security(),
         )
         await producer.start()
         self._producer = producer
@@ -504,6 +515,7 @@ async def _commit_one(config: TwoPhaseConfig, handle: TransactionHandle) -> None
             True,
             client_id=config.client_id,
             request_timeout_ms=config.request_timeout_ms,
+            security=SecurityConfig(**config.client_security()),
         )
     except _GONE as exc:
         raise PreparedTransactionLostError(
@@ -529,6 +541,7 @@ async def fence(config: TwoPhaseConfig, transactional_id: str) -> None:
         transactional_id=transactional_id,
         transaction_timeout_ms=config.transaction_timeout_ms,
         request_timeout_ms=config.request_timeout_ms,
+        **config.client_security(),
     )
     await producer.start()
     try:
@@ -576,6 +589,7 @@ async def _abort_one(config: TwoPhaseConfig, handle: TransactionHandle) -> None:
             False,
             client_id=config.client_id,
             request_timeout_ms=config.request_timeout_ms,
+            security=SecurityConfig(**config.client_security()),
         )
     except _GONE:
         pass  # already aborted (its id was re-initialised, or it timed out)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.handlers.base import AUTHORIZED_OPERATIONS_OMITTED, NO_THROTTLE, ApiHandler, make, nested
 from kafkakit.broker.handlers.configs import ConfigEntry, describe_broker_configs, describe_topic_configs
 from kafkakit.protocol import RequestHeaderInfo, response_class
@@ -70,11 +71,15 @@ def _resource_configs(
     state: BrokerState, resource_type: int, name: str
 ) -> tuple[ErrorCode, str | None, list[ConfigEntry]]:
     if resource_type == TOPIC_RESOURCE:
+        if not state.allowed(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name):
+            return ErrorCode.topic_authorization_failed, "Authorization failed.", []
         info = state.topics.get(name)
         if info is None:
             return ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist", []
         return ErrorCode.none, None, describe_topic_configs(state, info)
     if resource_type == BROKER_RESOURCE:
+        if not state.allowed(AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, "kafka-cluster"):
+            return ErrorCode.cluster_authorization_failed, "Cluster authorization failed.", []
         if name not in ("", str(state.node_id)):
             return ErrorCode.invalid_request, f"unknown broker {name!r}", []
         return ErrorCode.none, None, describe_broker_configs(state)

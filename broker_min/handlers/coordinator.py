@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, make, nested
 from kafkakit.protocol import RequestHeaderInfo, response_class
 from kio.schema.errors import ErrorCode
@@ -32,13 +33,27 @@ async def handle_find_coordinator(state: BrokerState, header: RequestHeaderInfo,
     if header.api_version >= FIRST_BATCHED_VERSION:
         coordinator_cls = nested(cls, "Coordinator")
         coordinators = tuple(
-            make(coordinator_cls, key=key, **_answer(state, key_type)) for key in request.coordinator_keys
+            make(coordinator_cls, key=key, **_answer(state, key_type, key)) for key in request.coordinator_keys
         )
         return make(cls, throttle_time=NO_THROTTLE, coordinators=coordinators)
-    return make(cls, throttle_time=NO_THROTTLE, **_answer(state, key_type))
+    return make(cls, throttle_time=NO_THROTTLE, **_answer(state, key_type, request.key))
 
 
-def _answer(state: BrokerState, key_type: int) -> dict[str, Any]:
+def _refusal(state: BrokerState, key_type: int, key: str) -> ErrorCode | None:
+    """Finding a coordinator needs DESCRIBE on the group or the transactional id."""
+    if key_type == GROUP_KEY_TYPE and not state.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, key):
+        return ErrorCode.group_authorization_failed
+    if key_type == TRANSACTION_KEY_TYPE and not state.allowed(
+        AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key
+    ):
+        return ErrorCode.transactional_id_authorization_failed
+    return None
+
+
+def _answer(state: BrokerState, key_type: int, key: str) -> dict[str, Any]:
+    refused = _refusal(state, key_type, key)
+    if refused is not None:
+        return {"error_code": refused, "error_message": None, "node_id": -1, "host": "", "port": -1}
     if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
         return {
             "error_code": ErrorCode.invalid_request,

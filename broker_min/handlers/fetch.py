@@ -20,6 +20,7 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.handlers.base import ApiHandler, FileSliceLike, RawResponse
 from kafkakit.broker.log.errors import LogError
 from kio.schema.errors import ErrorCode
@@ -93,10 +94,12 @@ async def handle_fetch(state: BrokerState, header: RequestHeaderInfo, request: A
         for t in request.topics
         for p in t.partitions
     ]
+    # A consumer's fetch needs READ on each topic (Kafka's check; denied partitions fail alone).
+    denied = {t.topic for t in request.topics if not state.allowed(AclOperation.READ, ResourceType.TOPIC, t.topic)}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
     while True:
-        results, total, failed = _read_all(state, wanted, request.max_bytes, read_committed)
+        results, total, failed = _read_all(state, wanted, request.max_bytes, read_committed, denied)
         remaining = deadline - loop.time()
         if total >= request.min_bytes or failed or remaining <= 0:
             break
@@ -113,7 +116,7 @@ def _session_error(request: Any) -> ErrorCode:
 
 
 def _read_all(
-    state: BrokerState, wanted: list[_Wanted], max_bytes: int, read_committed: bool
+    state: BrokerState, wanted: list[_Wanted], max_bytes: int, read_committed: bool, denied: set[str]
 ) -> tuple[list[tuple[str, list[PartitionResult]]], int, bool]:
     """(results grouped by topic in request order, record bytes, whether any partition failed)."""
     grouped: list[tuple[str, list[PartitionResult]]] = []
@@ -123,7 +126,10 @@ def _read_all(
     for w in wanted:
         # KIP-74: the first partition with data returns at least one whole batch
         # even beyond the limits, so a consumer can always make progress.
-        result = _read_partition(state, w, min(w.max_bytes, remaining), read_committed, total == 0)
+        if w.topic in denied:
+            result = PartitionResult(w.partition, ErrorCode.topic_authorization_failed.value)
+        else:
+            result = _read_partition(state, w, min(w.max_bytes, remaining), read_committed, total == 0)
         size = result.size
         total += size
         remaining = max(0, remaining - size)

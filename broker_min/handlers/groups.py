@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextvars
 from typing import TYPE_CHECKING, Any
 
+from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.coordinators.group_coordinator import JoinRequest, SyncRequest
 from kafkakit.broker.handlers.base import (
     AUTHORIZED_OPERATIONS_OMITTED,
@@ -53,9 +54,22 @@ GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("kafkakit_client_host", default="")
 
 
+def may_use_group(state: BrokerState, group_id: str, operation: AclOperation = AclOperation.READ) -> bool:
+    """Kafka's group checks: READ to be a member or commit, DESCRIBE to look, DELETE to delete."""
+    return state.allowed(operation, ResourceType.GROUP, group_id)
+
+
+_REFUSED = ErrorCode.group_authorization_failed
+
+
 async def handle_join_group(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
     """Join (or rejoin) a group; parks until the join phase completes."""
     version = header.api_version
+    if not may_use_group(state, request.group_id):
+        cls = response_class(JOIN_GROUP, version)
+        return make(cls, throttle_time=NO_THROTTLE, error_code=_REFUSED, generation_id=-1, protocol_type=None,
+                    protocol_name=None if has_field(cls, "protocol_type") else "", leader="",
+                    skip_assignment=False, member_id="", members=())  # fmt: skip
     session_timeout_ms = millis(request.session_timeout)
     rebalance_timeout_ms = millis(request.rebalance_timeout) if version >= 1 else session_timeout_ms
     result = await state.groups.join(
@@ -95,6 +109,9 @@ async def handle_join_group(state: BrokerState, header: RequestHeaderInfo, reque
 
 async def handle_sync_group(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
     """Send the leader's assignment / receive this member's; followers park until the leader's arrives."""
+    if not may_use_group(state, request.group_id):
+        return make(response_class(SYNC_GROUP, header.api_version), throttle_time=NO_THROTTLE, error_code=_REFUSED,
+                    protocol_type=None, protocol_name=None, assignment=b"")  # fmt: skip
     result = await state.groups.sync(
         SyncRequest(
             group_id=request.group_id,
@@ -118,6 +135,8 @@ async def handle_sync_group(state: BrokerState, header: RequestHeaderInfo, reque
 
 async def handle_heartbeat(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
     """Keep the session alive; REBALANCE_IN_PROGRESS asks the member to rejoin."""
+    if not may_use_group(state, request.group_id):
+        return make(response_class(HEARTBEAT, header.api_version), throttle_time=NO_THROTTLE, error_code=_REFUSED)
     error = state.groups.heartbeat(
         request.group_id,
         request.member_id,
@@ -130,6 +149,8 @@ async def handle_heartbeat(state: BrokerState, header: RequestHeaderInfo, reques
 async def handle_leave_group(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
     """Leave one member (v0-2) or a batch of members by member id or instance id (v3+)."""
     cls = response_class(LEAVE_GROUP, header.api_version)
+    if not may_use_group(state, request.group_id):
+        return make(cls, throttle_time=NO_THROTTLE, error_code=_REFUSED, members=())
     batched = has_field(cls, "members")
     if batched:
         leaving = [(m.member_id, m.group_instance_id) for m in request.members]
@@ -160,7 +181,12 @@ async def handle_describe_groups(state: BrokerState, header: RequestHeaderInfo, 
     member_cls = nested(cls, "DescribedGroupMember")
     include_operations = bool(getattr(request, "include_authorized_operations", False))
     groups = []
-    for described in state.groups.describe(request.groups):
+    refused = [g for g in request.groups if not may_use_group(state, g, AclOperation.DESCRIBE)]
+    for group_id in refused:
+        groups.append(make(group_cls, error_code=_REFUSED, error_message=None, group_id=group_id, group_state="",
+                           protocol_type="", protocol_data="", members=(),
+                           authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))  # fmt: skip
+    for described in state.groups.describe([g for g in request.groups if g not in refused]):
         members = tuple(
             make(
                 member_cls,
@@ -196,6 +222,7 @@ async def handle_list_groups(state: BrokerState, header: RequestHeaderInfo, requ
     cls = response_class(LIST_GROUPS, header.api_version)
     group_cls = nested(cls, "ListedGroup")
     states = getattr(request, "states_filter", None) or ()
+    cluster_wide = state.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster")
     groups = tuple(
         make(
             group_cls,
@@ -205,6 +232,8 @@ async def handle_list_groups(state: BrokerState, header: RequestHeaderInfo, requ
             group_type="classic",
         )
         for group_id, protocol_type, group_state in state.groups.list_groups(states)
+        # Without DESCRIBE on the cluster, a caller sees only the groups it may describe.
+        if cluster_wide or may_use_group(state, group_id, AclOperation.DESCRIBE)
     )
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=groups)
 
@@ -213,9 +242,11 @@ async def handle_delete_groups(state: BrokerState, header: RequestHeaderInfo, re
     """Delete Empty groups with their committed offsets."""
     cls = response_class(DELETE_GROUPS, header.api_version)
     result_cls = nested(cls, "DeletableGroupResult")
-    results = tuple(
+    allowed = [g for g in request.groups_names if may_use_group(state, g, AclOperation.DELETE)]
+    refused = tuple(make(result_cls, group_id=g, error_code=_REFUSED) for g in request.groups_names if g not in allowed)
+    results = refused + tuple(
         make(result_cls, group_id=group_id, error_code=error)
-        for group_id, error in state.groups.delete_groups(request.groups_names)
+        for group_id, error in state.groups.delete_groups(allowed)
     )
     return make(cls, throttle_time=NO_THROTTLE, results=results)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, make, nested
 from kafkakit.broker.handlers.fetch import READ_COMMITTED, last_stable_offset
 from kafkakit.broker.log.errors import LogError
@@ -30,10 +31,12 @@ async def handle_list_offsets(state: BrokerState, header: RequestHeaderInfo, req
     topics = []
     for topic in request.topics:
         partitions = []
+        described = state.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, topic.name)
         for p in topic.partitions:
-            code, offset, timestamp = _lookup(
-                state, topic.name, p.partition_index, p.timestamp, read_committed
-            )
+            if not described:
+                code, offset, timestamp = ErrorCode.topic_authorization_failed, -1, -1
+            else:
+                code, offset, timestamp = _lookup(state, topic.name, p.partition_index, p.timestamp, read_committed)
             partitions.append(
                 make(
                     partition_cls,

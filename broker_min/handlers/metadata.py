@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.handlers.base import AUTHORIZED_OPERATIONS_OMITTED, NO_THROTTLE, ApiHandler, make, nested
 from kafkakit.broker.state import TopicInfo, topic_name_error
 from kafkakit.protocol import RequestHeaderInfo, response_class
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from kafkakit.broker.state import BrokerState
 
 API_KEY = 3
+CLUSTER_NAME = "kafka-cluster"
 _ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -52,7 +54,8 @@ def _requested(
     """(name, topic id, may auto-create) per topic to describe."""
     wanted = request.topics
     if wanted is None or (version == 0 and not wanted):
-        return [(info.name, None, False) for info in state.topics]
+        # A full listing leaves out the topics the caller may not describe (Kafka does the same).
+        return [(info.name, None, False) for info in state.topics if _may_describe(state, info.name)]
     allow = version < 4 or bool(request.allow_auto_topic_creation)
     out: list[tuple[str | None, uuid.UUID | None, bool]] = []
     for t in wanted:
@@ -68,15 +71,32 @@ def _describe(state: BrokerState, cls: type, wanted: tuple[str | None, uuid.UUID
         info = state.topics.by_id(topic_id) if topic_id is not None else None
         if info is None:
             return _topic_error(cls, None, topic_id, ErrorCode.unknown_topic_id)
+        if not _may_describe(state, info.name):
+            return _topic_error(cls, None, topic_id, ErrorCode.topic_authorization_failed)
     else:
         if topic_name_error(name) is not None:
             return _topic_error(cls, name, None, ErrorCode.invalid_topic_exception)
+        if not _may_describe(state, name):  # checked first: existence is not revealed
+            return _topic_error(cls, name, None, ErrorCode.topic_authorization_failed)
         info = state.topics.get(name)
         if info is None and allow_create and state.config.auto_create_topics_enable:
+            if not may_create_topic(state, name):
+                return _topic_error(cls, name, None, ErrorCode.topic_authorization_failed)
             info = state.create_topic(name, state.config.num_partitions)
         if info is None:
             return _topic_error(cls, name, None, ErrorCode.unknown_topic_or_partition)
     return _topic(state, cls, info)
+
+
+def _may_describe(state: BrokerState, topic: str) -> bool:
+    return state.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, topic)
+
+
+def may_create_topic(state: BrokerState, topic: str) -> bool:
+    """Kafka's rule for creating a topic: CREATE on the cluster, or on the topic itself."""
+    return state.allowed(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME) or state.allowed(
+        AclOperation.CREATE, ResourceType.TOPIC, topic
+    )
 
 
 def _topic(state: BrokerState, cls: type, info: TopicInfo) -> Any:

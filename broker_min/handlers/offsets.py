@@ -15,10 +15,13 @@ pending transactional commit.  v8+ (several groups per request) is not served.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.coordinators.group_coordinator import OffsetToCommit
 from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, has_field, make, nested
+from kafkakit.broker.handlers.groups import may_use_group
 from kafkakit.protocol import RequestHeaderInfo, response_class
 from kafkakit.protocol.build import millis
 from kio.schema.errors import ErrorCode
@@ -36,9 +39,12 @@ async def handle_offset_commit(state: BrokerState, header: RequestHeaderInfo, re
     cls = response_class(OFFSET_COMMIT, header.api_version)
     topic_cls = nested(cls, "OffsetCommitResponseTopic")
     partition_cls = nested(cls, "OffsetCommitResponsePartition")
+    if not may_use_group(state, request.group_id):
+        return _commit_refused(cls, topic_cls, partition_cls, request, lambda _topic: ErrorCode.group_authorization_failed)
+    readable = {t.name for t in request.topics if state.allowed(AclOperation.READ, ResourceType.TOPIC, t.name)}
     to_commit: list[OffsetToCommit] = []
     for topic in request.topics:
-        if state.topics.get(topic.name) is None:
+        if state.topics.get(topic.name) is None or topic.name not in readable:
             continue
         for p in topic.partitions:
             to_commit.append(
@@ -66,16 +72,28 @@ async def handle_offset_commit(state: BrokerState, header: RequestHeaderInfo, re
     topics = []
     for topic in request.topics:
         known = state.topics.get(topic.name) is not None
+        if topic.name not in readable:
+            code = ErrorCode.topic_authorization_failed
+        elif not known:
+            code = ErrorCode.unknown_topic_or_partition
+        else:
+            code = ErrorCode.none
         partitions = tuple(
-            make(
-                partition_cls,
-                partition_index=p.partition_index,
-                error_code=next(errors) if known else ErrorCode.unknown_topic_or_partition,
-            )
+            make(partition_cls, partition_index=p.partition_index, error_code=next(errors) if code == ErrorCode.none else code)
             for p in topic.partitions
         )
         topics.append(make(topic_cls, name=topic.name, partitions=partitions))
     return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+def _commit_refused(cls: type, topic_cls: type, partition_cls: type, request: Any, code_for: Any) -> Any:
+    topics = tuple(
+        make(topic_cls, name=t.name, partitions=tuple(
+            make(partition_cls, partition_index=p.partition_index, error_code=code_for(t.name)) for p in t.partitions
+        ))  # fmt: skip
+        for t in request.topics
+    )
+    return make(cls, throttle_time=NO_THROTTLE, topics=topics)
 
 
 async def handle_offset_fetch(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
@@ -83,10 +101,21 @@ async def handle_offset_fetch(state: BrokerState, header: RequestHeaderInfo, req
     cls = response_class(OFFSET_FETCH, header.api_version)
     topic_cls = nested(cls, "OffsetFetchResponseTopic")
     partition_cls = nested(cls, "OffsetFetchResponsePartition")
+    if not may_use_group(state, request.group_id, AclOperation.DESCRIBE):
+        return make(cls, throttle_time=NO_THROTTLE, topics=(), error_code=ErrorCode.group_authorization_failed)
     wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
     fetched = state.groups.fetch_offsets(
         request.group_id, wanted, bool(getattr(request, "require_stable", False))
     )
+    # Topics the caller may not describe: left out of a full fetch, refused when asked by name.
+    described = {topic: state.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, topic) for topic, _ in fetched}
+    if wanted is None:
+        fetched = [(topic, partitions) for topic, partitions in fetched if described[topic]]
+    else:
+        fetched = [
+            (topic, partitions if described[topic] else [_refused_fetch(f) for f in partitions])
+            for topic, partitions in fetched
+        ]
     topics = tuple(
         make(
             topic_cls,
@@ -106,6 +135,12 @@ async def handle_offset_fetch(state: BrokerState, header: RequestHeaderInfo, req
         for topic, partitions in fetched
     )
     return make(cls, throttle_time=NO_THROTTLE, topics=topics, error_code=ErrorCode.none)
+
+
+def _refused_fetch(fetched: Any) -> Any:
+    return dataclasses.replace(
+        fetched, offset=-1, leader_epoch=NO_LEADER_EPOCH, metadata="", error=ErrorCode.topic_authorization_failed
+    )
 
 
 HANDLERS = (

@@ -29,6 +29,7 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.coordinators.transactions import ImplicitAdd
 from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, CloseConnection, RawResponse, make, nested
 from kafkakit.broker.log import AppendResult, BatchHeader, LogError, PartitionLog, read_batch_header
@@ -59,11 +60,15 @@ async def handle_produce(state: BrokerState, header: RequestHeaderInfo, request:
     failures: list[str] = []
     topics = []
     implicit = _implicit_add(header.api_version)
+    refusal = _transactional_refusal(state, request.transactional_id)
     for topic in request.topic_data:
         partitions = []
+        denied = refusal or _topic_refusal(state, topic.name)
         for data in topic.partition_data:
             if acks not in (0, 1, -1):
                 fields: dict[str, Any] = {"error_code": ErrorCode.invalid_required_acks}
+            elif denied is not None:
+                fields = {"error_code": denied}
             else:
                 fields = _append(state, topic.name, data.index, data.records, implicit)
             if fields["error_code"] != ErrorCode.none:
@@ -75,6 +80,18 @@ async def handle_produce(state: BrokerState, header: RequestHeaderInfo, request:
         # the client notices and refreshes its metadata.
         return CloseConnection(f"acks=0 produce failed ({', '.join(failures)})") if failures else None
     return make(cls, responses=tuple(topics), throttle_time=NO_THROTTLE)
+
+
+def _transactional_refusal(state: BrokerState, transactional_id: str | None) -> ErrorCode | None:
+    """Kafka's check: a transactional produce needs WRITE on its transactional id."""
+    if transactional_id is None or state.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return None
+    return ErrorCode.transactional_id_authorization_failed
+
+
+def _topic_refusal(state: BrokerState, topic: str) -> ErrorCode | None:
+    """Producing needs WRITE on the topic (KIP-679: that is enough for idempotent produce too)."""
+    return None if state.allowed(AclOperation.WRITE, ResourceType.TOPIC, topic) else ErrorCode.topic_authorization_failed
 
 
 def _implicit_add(version: int) -> ImplicitAdd:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.coordinators.transactions import TxnError
 from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, make
 from kafkakit.protocol import RequestHeaderInfo, response_class
@@ -45,7 +46,15 @@ async def handle_init_producer_id(state: BrokerState, header: RequestHeaderInfo,
     """A producer id and epoch for an idempotent or transactional producer."""
     cls = response_class(API_KEY, header.api_version)
     if request.transactional_id is not None:
+        if not state.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+            return _refuse(cls, ErrorCode.transactional_id_authorization_failed)
         return _init_transactional(state, cls, header.api_version, request)
+    # An idempotent producer needs IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (KIP-679).
+    if not (
+        state.allowed(AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, "kafka-cluster")
+        or state.allowed_any(AclOperation.WRITE, ResourceType.TOPIC)
+    ):
+        return _refuse(cls, ErrorCode.cluster_authorization_failed)
     current_id = getattr(request, "producer_id", _NO_PRODUCER_ID)
     current_epoch = getattr(request, "producer_epoch", _NO_EPOCH)
     if current_id >= 0 and current_epoch >= 0:

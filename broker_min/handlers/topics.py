@@ -9,8 +9,10 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, has_field, make, nested
 from kafkakit.broker.handlers.configs import describe_topic_configs
+from kafkakit.broker.handlers.metadata import may_create_topic
 from kafkakit.broker.log import LogConfig
 from kafkakit.broker.state import TopicInfo, topic_name_error
 from kafkakit.errors import KafkaConfigError
@@ -43,6 +45,10 @@ async def handle_create_topics(state: BrokerState, header: RequestHeaderInfo, re
             results.append(
                 _create_error(result_cls, topic.name, ErrorCode.invalid_request, "topic named twice")
             )
+            continue
+        if not may_create_topic(state, topic.name):
+            results.append(_create_error(result_cls, topic.name, ErrorCode.topic_authorization_failed,
+                                         "Authorization failed."))  # fmt: skip
             continue
         try:
             num_partitions, configs = _validate(state, topic)
@@ -150,6 +156,12 @@ async def handle_delete_topics(state: BrokerState, header: RequestHeaderInfo, re
         info = state.topics.get(name) if name is not None else None
         if name is None and topic_id is not None:
             info = state.topics.by_id(topic_id)
+        target = name if name is not None else (info.name if info is not None else None)
+        if target is not None and not state.allowed(AclOperation.DELETE, ResourceType.TOPIC, target):
+            # Refused before existence is looked at, so the answer reveals nothing.
+            results.append(make(result_cls, name=name, topic_id=topic_id or _ZERO_UUID,
+                                error_code=ErrorCode.topic_authorization_failed, error_message="Authorization failed."))  # fmt: skip
+            continue
         if info is None:
             code = ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition
             results.append(

@@ -20,9 +20,11 @@ import datetime
 import logging
 from typing import TYPE_CHECKING, Any
 
+from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.coordinators.group_coordinator import OffsetToCommit
 from kafkakit.broker.coordinators.transactions import KNOWN_STATE_NAMES, ImplicitAdd, TxnError, state_name
 from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, make, nested
+from kafkakit.broker.handlers.groups import may_use_group
 from kafkakit.protocol import RequestHeaderInfo, response_class
 from kio.schema.errors import ErrorCode
 
@@ -63,8 +65,16 @@ async def handle_add_partitions(state: BrokerState, header: RequestHeaderInfo, r
     partition_cls = nested(cls, "AddPartitionsToTxnPartitionResult")
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
     unknown = {tp for tp in wanted if state.partition_log(*tp) is None}
+    unwritable = {t.name for t in request.v3_and_below_topics if not _may_write_topic(state, t.name)}
     codes: dict[tuple[str, int], ErrorCode] = {}
-    if unknown:
+    if not _may_write_txn(state, request.v3_and_below_transactional_id):
+        codes = dict.fromkeys(wanted, ErrorCode.transactional_id_authorization_failed)
+    elif unwritable:
+        for tp in wanted:
+            codes[tp] = (
+                ErrorCode.topic_authorization_failed if tp[0] in unwritable else ErrorCode.operation_not_attempted
+            )
+    elif unknown:
         for tp in wanted:
             codes[tp] = (
                 ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
@@ -98,6 +108,10 @@ async def handle_add_partitions(state: BrokerState, header: RequestHeaderInfo, r
 async def handle_add_offsets(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
     """The group's offsets partition joins the transaction."""
     cls = response_class(ADD_OFFSETS_TO_TXN, header.api_version)
+    if not _may_write_txn(state, request.transactional_id):
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.transactional_id_authorization_failed)
+    if not may_use_group(state, request.group_id):
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.group_authorization_failed)
     try:
         state.transactions.add_offsets(
             request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
@@ -112,6 +126,9 @@ async def handle_end_txn(state: BrokerState, header: RequestHeaderInfo, request:
     """Commit or abort; answers after every marker is written."""
     cls = response_class(END_TXN, header.api_version)
     bump = header.api_version >= FIRST_EPOCH_BUMP_END_TXN_VERSION
+    if not _may_write_txn(state, request.transactional_id):
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.transactional_id_authorization_failed,
+                    producer_id=NO_PRODUCER_ID, producer_epoch=NO_EPOCH)  # fmt: skip
     try:
         producer_id, epoch = state.transactions.end_transaction(
             request.transactional_id, request.producer_id, request.producer_epoch, request.committed, bump
@@ -132,21 +149,43 @@ async def handle_txn_offset_commit(state: BrokerState, header: RequestHeaderInfo
     cls = response_class(TXN_OFFSET_COMMIT, header.api_version)
     topic_cls = nested(cls, "TxnOffsetCommitResponseTopic")
     partition_cls = nested(cls, "TxnOffsetCommitResponsePartition")
-    known = [t for t in request.topics if state.topics.get(t.name) is not None]
-    errors = iter(_txn_commit(state, header.api_version, request, known))
+    refused = _txn_commit_refusal(state, request)
+    readable = {t.name for t in request.topics if state.allowed(AclOperation.READ, ResourceType.TOPIC, t.name)}
+    known = [t for t in request.topics if state.topics.get(t.name) is not None and t.name in readable]
+    errors = iter(_txn_commit(state, header.api_version, request, known) if refused is None else ())
     topics = []
     for t in request.topics:
-        is_known = state.topics.get(t.name) is not None
+        if refused is not None:
+            code: ErrorCode | None = refused
+        elif t.name not in readable:
+            code = ErrorCode.topic_authorization_failed
+        elif state.topics.get(t.name) is None:
+            code = ErrorCode.unknown_topic_or_partition
+        else:
+            code = None
         partitions = tuple(
-            make(
-                partition_cls,
-                partition_index=p.partition_index,
-                error_code=next(errors) if is_known else ErrorCode.unknown_topic_or_partition,
-            )
+            make(partition_cls, partition_index=p.partition_index, error_code=next(errors) if code is None else code)
             for p in t.partitions
         )
         topics.append(make(topic_cls, name=t.name, partitions=partitions))
     return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+def _may_write_txn(state: BrokerState, transactional_id: str) -> bool:
+    return state.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+
+
+def _may_write_topic(state: BrokerState, topic: str) -> bool:
+    return state.allowed(AclOperation.WRITE, ResourceType.TOPIC, topic)
+
+
+def _txn_commit_refusal(state: BrokerState, request: Any) -> ErrorCode | None:
+    """TxnOffsetCommit needs WRITE on the transactional id and READ on the group (per partition: READ on the topic)."""
+    if not _may_write_txn(state, request.transactional_id):
+        return ErrorCode.transactional_id_authorization_failed
+    if not may_use_group(state, request.group_id):
+        return ErrorCode.group_authorization_failed
+    return None
 
 
 def _txn_commit(state: BrokerState, version: int, request: Any, topics: list[Any]) -> list[ErrorCode]:

@@ -68,6 +68,7 @@ from kafkakit.errors import (
     for_code,
 )
 from kafkakit.net.connection import BrokerConnection
+from kafkakit.net.security import PLAINTEXT, SecurityConfig
 from kafkakit.producer.idempotence import FENCING_CODES, ProducerIdentity, fenced_error
 from kafkakit.protocol.build import make_request
 from kafkakit.protocol.framing import ApiKey
@@ -765,8 +766,12 @@ async def complete_transaction(
     client_id: str = "kafkakit-txn-completer",
     request_timeout_ms: int = 30000,
     retry_backoff_ms: int = 100,
+    security: SecurityConfig | None = None,
 ) -> None:
     """Commit (or abort) the transaction a producer prepared, from any process.
+
+    ``security`` carries TLS/SASL settings (a :class:`~kafkakit.net.security.SecurityConfig`,
+    built from the same keywords as the Producer's), for secured clusters.
 
     Sends EndTxn with the handle's producer id and epoch, in the handle's
     transaction version.  Completing twice in the same way is harmless (the
@@ -788,6 +793,7 @@ async def complete_transaction(
         client_id=client_id,
         request_timeout_ms=request_timeout_ms,
         retry_backoff_ms=retry_backoff_ms,
+        security=security or PLAINTEXT,
     )
     identity = ProducerIdentity(transactional_id=handle.transactional_id, transaction_timeout_ms=0)
     identity.producer_id, identity.epoch = handle.producer_id, handle.producer_epoch

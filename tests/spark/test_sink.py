@@ -97,10 +97,17 @@ BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9"}
         ),
         ({**BOOT, "topic": "t", "kafka.acks": "2"}, _schema(("value", BinaryType())), "kafka.acks", "acks"),
         (
-            {**BOOT, "topic": "t", "kafka.security.protocol": "SSL"},
+            {**BOOT, "topic": "t", "kafka.sasl.kerberos.service.name": "kafka"},
             _schema(("value", BinaryType())),
-            "kafka.security.protocol",
+            "kafka.sasl.kerberos.service.name",
             "not a setting",
+        ),
+        (
+            {**BOOT, "topic": "t", "kafka.security.protocol": "SSL", "kafka.ssl.truststore.type": "JKS",
+             "kafka.ssl.truststore.location": "/ca.jks"},
+            _schema(("value", BinaryType())),
+            "kafka.ssl.truststore.type",
+            "keytool",
         ),
         (
             {**BOOT, "topic": "t", "exactlyOnce": "true", "transactionalIdPrefix": "p", "kafka.acks": "1"},
