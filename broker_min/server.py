@@ -105,6 +105,8 @@ class _Connection:
         peer = writer.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self._max_frame = state.config.socket_request_max_bytes
+        # After a SaslHandshake v0 the client sends bare SASL tokens, not requests (before KIP-152).
+        self._raw_sasl_tokens = False
         self._tasks: tuple[asyncio.Task[None], ...] = ()
 
     async def serve(self) -> None:
@@ -144,9 +146,13 @@ class _Connection:
         SESSION.set(Session(peer_principal(self._writer.get_extra_info("ssl_object")), host, listener.name))
         with contextlib.suppress(_ConnectionClosed, ConnectionError):
             while True:
-                body = await self._read_frame()
+                body = await self._read_frame(min_size=1 if self._raw_sasl_tokens else MIN_FRAME_BYTES)
                 if body is None:
                     return
+                if self._raw_sasl_tokens:
+                    assert self._sasl is not None
+                    await self._raw_sasl_token(self._sasl, body)
+                    continue
                 header, request, spec = self._decode(body)
                 if self._sasl is not None and not await self._sasl_step(self._sasl, header, request):
                     continue
@@ -161,7 +167,9 @@ class _Connection:
         """Handle SASL requests in order, before anything read after them; True: dispatch as usual."""
         api_key = header.api_key
         if api_key == ApiKey.SASL_HANDSHAKE and request is not None:
-            await self._answer_sasl(header, sasl.handshake(str(request.mechanism)), sasl)
+            reply = sasl.handshake(str(request.mechanism))
+            self._raw_sasl_tokens = header.api_version == 0 and not reply.failed
+            await self._answer_sasl(header, reply, sasl)
             return False
         if api_key == ApiKey.SASL_AUTHENTICATE and request is not None:
             reply = sasl.authenticate(bytes(request.auth_bytes))
@@ -175,6 +183,18 @@ class _Connection:
         if sasl.authenticated and not sasl.in_progress and sasl.expired():
             self._drop(f"SASL session of {sasl.principal} expired (KIP-368: re-authentication required)")
         return True
+
+    async def _raw_sasl_token(self, sasl: SaslConnection, token: bytes) -> None:
+        """One bare token of a SaslHandshake v0 exchange; a failure closes at once (v0 has no error reply)."""
+        reply = sasl.authenticate(token)
+        if reply.failed:
+            await asyncio.sleep(self._security.failed_auth_delay_ms / 1000)
+            self._drop(f"SASL authentication failed ({sasl.mechanism}, handshake v0): {reply.error_message}")
+        self._writer.write(_INT32.pack(len(reply.auth_bytes)) + reply.auth_bytes)
+        if sasl.authenticated and not sasl.in_progress:
+            self._raw_sasl_tokens = False
+            assert sasl.principal is not None
+            SESSION.set(dataclasses.replace(SESSION.get(), principal=sasl.principal))
 
     async def _answer_sasl(self, header: RequestHeaderInfo, reply: SaslReply, sasl: SaslConnection) -> None:
         response = _sasl_response(header, reply)
@@ -196,7 +216,7 @@ class _Connection:
         await asyncio.sleep(delay)
         return CloseConnection(reason)
 
-    async def _read_frame(self) -> bytes | None:
+    async def _read_frame(self, min_size: int = MIN_FRAME_BYTES) -> bytes | None:
         try:
             size_bytes = await self._reader.readexactly(4)
         except asyncio.IncompleteReadError as exc:
@@ -206,7 +226,7 @@ class _Connection:
         (size,) = _INT32.unpack(size_bytes)
         if size > self._max_frame:
             self._drop(f"frame of {size} bytes exceeds socket_request_max_bytes ({self._max_frame})")
-        if size < MIN_FRAME_BYTES:
+        if size < min_size:
             self._drop(f"frame of {size} bytes is shorter than a request header")
         try:
             return await self._reader.readexactly(size)

@@ -228,3 +228,25 @@ async def test_signed_oauth_tokens_are_checked_against_a_jwks_file(tmp_path: Pat
         await login(token(key))  # still serving
     finally:
         broker.stop()
+
+
+async def test_sasl_handshake_v0_then_bare_tokens(secure_broker_min: SecureBrokerMin) -> None:
+    """Before KIP-152 a client sent SASL tokens as bare size-prefixed frames after SaslHandshake v0.
+    broker_min advertises SaslHandshake 0-1 as Kafka does (librdkafka 2.0 looks for v0), so it serves v0."""
+    client = await _sasl_client(secure_broker_min)
+    handshake = await client.call(req(ApiKey.SASL_HANDSHAKE, 0, mechanism="PLAIN"))
+    assert handshake.error_code == 0
+    token = client_message("admin", "admin-secret")
+    client.writer.write(struct.pack(">i", len(token)) + token)
+    (size,) = struct.unpack(">i", await asyncio.wait_for(client.reader.readexactly(4), 5))
+    assert size == 0  # PLAIN's empty server token: authenticated
+    metadata = await client.call(req(ApiKey.METADATA, 12, topics=None, allow_auto_topic_creation=False,
+                                     include_topic_authorized_operations=False))  # fmt: skip
+    assert metadata.brokers
+    client.close()
+    wrong = await _sasl_client(secure_broker_min)
+    await wrong.call(req(ApiKey.SASL_HANDSHAKE, 0, mechanism="PLAIN"))
+    token = client_message("admin", "wrong")
+    wrong.writer.write(struct.pack(">i", len(token)) + token)
+    assert await _closed(wrong.reader)  # v0 has no error answer: the connection closes
+    wrong.close()

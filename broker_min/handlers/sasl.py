@@ -3,8 +3,8 @@
 On a SASL listener the server hands these to the connection's authenticator
 (broker_min/security/authenticator.py) before any handler runs.  A request that
 reaches this module came in on a listener without SASL, or out of order on an
-authenticated connection: Kafka answers both with ILLEGAL_SASL_STATE.  v0 of
-SaslHandshake (tokens sent as bare frames, before KIP-152) is not served.
+authenticated connection: Kafka answers both with ILLEGAL_SASL_STATE.  After a v0
+handshake the client sends bare SASL tokens (before KIP-152): the server reads those itself.
 """
 
 from __future__ import annotations
@@ -40,6 +40,6 @@ async def handle_sasl_authenticate(state: BrokerState, header: RequestHeaderInfo
 
 
 HANDLERS = (
-    ApiHandler(SASL_HANDSHAKE, 1, 1, handle_sasl_handshake),
+    ApiHandler(SASL_HANDSHAKE, 0, 1, handle_sasl_handshake),
     ApiHandler(SASL_AUTHENTICATE, 0, 2, handle_sasl_authenticate),
 )
