@@ -245,3 +245,47 @@ async def test_broker_min_keeps_acls_and_credentials_across_restarts(tmp_path: P
             assert await admin.describe_acls(AclBindingFilter(resource_name="kept")) == [binding]
     finally:
         again.stop()
+
+
+async def _raw_login(broker: SecureBroker, user: str) -> Any:
+    """A raw connection authenticated with PLAIN on SASL_PLAINTEXT, for APIs kafkakit's Admin lacks."""
+    from kafkakit.protocol import ApiKey
+    from kafkakit.security.plain import client_message
+
+    from tests.brokers import split_address
+    from tests.raw_protocol import RawClient, req
+    from tests.security_env import USERS
+
+    host, port = split_address(broker.listener("SASL_PLAINTEXT"))
+    client = RawClient(*await asyncio.open_connection(host, port))
+    assert (await client.call(req(ApiKey.SASL_HANDSHAKE, 1, mechanism="PLAIN"))).error_code == 0
+    answer = await client.call(req(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=client_message(user, USERS[user])))
+    assert answer.error_code == 0
+    return client
+
+
+async def test_transaction_and_producer_descriptions_are_authorized(secure_broker: SecureBroker, topic: str) -> None:
+    from kafkakit.protocol import ApiKey
+
+    from tests.raw_protocol import req, sub
+
+    await _setup(secure_broker, topic)
+    txn_id = f"desc-{uuid.uuid4().hex[:8]}"
+    for user, expected in (("alice", 53), ("admin", 105)):  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED, _NOT_FOUND
+        client = await _raw_login(secure_broker, user)
+        try:
+            deadline = time.monotonic() + 15
+            while True:  # a fresh Kafka creates __transaction_state on first use: wait for its coordinator
+                described = await client.call(req(ApiKey.DESCRIBE_TRANSACTIONS, 0, transactional_ids=(txn_id,)))
+                codes = [int(t.error_code) for t in described.transaction_states]
+                if codes not in ([14], [15], [16]) or time.monotonic() > deadline:
+                    break
+                await client.call(req(ApiKey.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=(txn_id,)))
+                await asyncio.sleep(0.3)
+            assert codes == [expected]
+            producers = await client.call(req(ApiKey.DESCRIBE_PRODUCERS, 0, topics=(
+                sub(ApiKey.DESCRIBE_PRODUCERS, 0, "TopicRequest", name=topic, partition_indexes=(0,)),)))  # fmt: skip
+            code = int(producers.topics[0].partitions[0].error_code)
+            assert code == (29 if user == "alice" else 0)
+        finally:
+            client.close()

@@ -234,14 +234,16 @@ async def handle_describe_producers(state: BrokerState, header: RequestHeaderInf
     topics = []
     for t in request.topics:
         partitions = []
+        readable = state.allowed(AclOperation.READ, ResourceType.TOPIC, t.name)
         for index in t.partition_indexes:
-            partition_log = state.partition_log(t.name, index)
+            partition_log = state.partition_log(t.name, index) if readable else None
             if partition_log is None:
                 partitions.append(
                     make(
                         partition_cls,
                         partition_index=index,
-                        error_code=ErrorCode.unknown_topic_or_partition,
+                        error_code=ErrorCode.unknown_topic_or_partition if readable
+                        else ErrorCode.topic_authorization_failed,
                         error_message=None,
                         active_producers=(),
                     )  # fmt: skip
@@ -288,6 +290,8 @@ async def handle_list_transactions(state: BrokerState, header: RequestHeaderInfo
             transaction_state=state_name(m.state),
         )  # fmt: skip
         for m in found
+        # Only the transactional ids the caller may describe are listed, as in Kafka.
+        if state.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, m.transactional_id)
     )
     return make(
         cls,
@@ -305,16 +309,18 @@ async def handle_describe_transactions(state: BrokerState, header: RequestHeader
     topic_cls = nested(cls, "TopicData")
     entries = []
     for tid in request.transactional_ids:
-        meta = state.transactions.transactions.get(tid)
+        described = state.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid)
+        meta = state.transactions.transactions.get(tid) if described else None
         if meta is None:
             entries.append(
                 make(
                     entry_cls,
-                    error_code=ErrorCode.transactional_id_not_found,
+                    error_code=ErrorCode.transactional_id_not_found if described
+                    else ErrorCode.transactional_id_authorization_failed,
                     transactional_id=tid,
                     transaction_state="",
                     transaction_timeout=datetime.timedelta(0),
-                    transaction_start_time=_ms_time(-1),
+                    transaction_start_time=_ms_time(0),  # Kafka answers an unknown or refused id so
                     producer_id=-1,
                     producer_epoch=-1,
                     topics=(),
