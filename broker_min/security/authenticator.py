@@ -33,6 +33,7 @@ NONE = 0
 UNSUPPORTED_SASL_MECHANISM = 33
 ILLEGAL_SASL_STATE = 34
 SASL_AUTHENTICATION_FAILED = 58
+MIN_REAUTH_INTERVAL_S = 1.0
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 _FAILED = "Authentication failed: Invalid username or password"
 
@@ -232,6 +233,7 @@ class SaslConnection:
         self._handshaken = False
         #: Monotonic time the session ends (None: never).
         self.expires_at: float | None = None
+        self._last_start = 0.0
 
     @property
     def authenticated(self) -> bool:
@@ -251,6 +253,11 @@ class SaslConnection:
             return SaslReply(ILLEGAL_SASL_STATE, "SaslHandshake received twice", mechanisms=enabled)
         if mechanism not in enabled:
             return SaslReply(UNSUPPORTED_SASL_MECHANISM, f"Unsupported SASL mechanism {mechanism}", mechanisms=enabled)
+        now = time.monotonic()
+        if self.authenticated and now - self._last_start < MIN_REAUTH_INTERVAL_S:
+            # Kafka's SocketServer: at most one re-authentication a second; the request is then
+            # handled as on any authenticated connection (ILLEGAL_SASL_STATE), the session goes on.
+            return SaslReply(ILLEGAL_SASL_STATE, "re-authentication less than a second after the last", mechanisms=enabled)
         if self.authenticated and mechanism != self.mechanism:
             # KIP-368: a session is renewed with the mechanism it started with.
             return SaslReply(
@@ -259,6 +266,7 @@ class SaslConnection:
                 mechanisms=enabled,
             )
         self._handshaken = True
+        self._last_start = now
         self.mechanism = mechanism
         self._exchange = self._new_exchange(mechanism)
         return SaslReply(NONE, mechanisms=enabled)

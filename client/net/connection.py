@@ -54,6 +54,9 @@ _MAX_RESPONSE_BYTES = 1 << 31  # a sanity bound: a larger size means a broken st
 # Re-authenticate at a random point in this share of the session lifetime, as the Java client
 # does, so that a client's connections do not all re-authenticate at once.
 _REAUTH_WINDOW = (0.85, 0.95)
+#: Kafka refuses a re-authentication less than a second after the previous one began
+#: (SocketServer's MIN_REAUTH_INTERVAL), answering ILLEGAL_SASL_STATE: never start sooner.
+MIN_REAUTH_INTERVAL_S = 1.1
 
 
 class _Pending:
@@ -215,7 +218,7 @@ class BrokerConnection:
         self.session_lifetime_ms = lifetime_ms
         if lifetime_ms <= 0 or self._closed:
             return
-        delay = lifetime_ms / 1000 * random.uniform(*_REAUTH_WINDOW)
+        delay = max(lifetime_ms / 1000 * random.uniform(*_REAUTH_WINDOW), MIN_REAUTH_INTERVAL_S)
         self._reauth_timer = asyncio.get_running_loop().call_later(delay, self._begin_reauthentication)
 
     def _begin_reauthentication(self) -> None:

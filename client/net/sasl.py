@@ -35,6 +35,9 @@ _UNSUPPORTED_SASL_MECHANISM = 33
 _ILLEGAL_SASL_STATE = 34
 #: Refresh an OAUTHBEARER token once this share of its lifetime has passed (Java's default).
 REFRESH_WINDOW_FACTOR = 0.8
+#: ... and at the latest this many seconds before it expires: a session can last no longer than
+#: its token, and brokers refuse re-authenticating more than once a second.
+REFRESH_BUFFER_S = 3.0
 
 
 class SaslChannel(Protocol):
@@ -204,7 +207,10 @@ class _TokenCache:
         if lifetime_s <= 0 and token.lifetime_ms > 0:
             raise SaslAuthenticationError("sasl_oauth_token_provider returned a token that has already expired")
         # A token of unknown lifetime is fetched again for every authentication (as aiokafka does).
-        self._refresh_at = now + lifetime_s * REFRESH_WINDOW_FACTOR if token.lifetime_ms > 0 else now
+        if token.lifetime_ms > 0:
+            self._refresh_at = max(now, min(now + lifetime_s * REFRESH_WINDOW_FACTOR, now + lifetime_s - REFRESH_BUFFER_S))
+        else:
+            self._refresh_at = now
         self._token = token
         self._token_extensions = extensions
 
