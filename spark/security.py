@@ -15,12 +15,15 @@ the ``ssl.SSLContext`` and token provider, which do not pickle, are built by
 
 from __future__ import annotations
 
+import shutil
 import ssl
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kafkakit.errors import KafkaConfigError
+from kafkakit.net.security import SASL_MECHANISMS, SECURITY_PROTOCOLS, SecurityConfig
 
 #: Java client settings handled here rather than mapped to a keyword one by one.
 SECURITY_KEYS = frozenset(
@@ -62,11 +65,8 @@ class SecurityOptions:
     @classmethod
     def from_options(cls, values: Mapping[str, str]) -> SecurityOptions:
         """Pick the security options out of (lower-cased) data source options, and check them now."""
-        picked = {key[len("kafka.") :]: value for key, value in values.items() if key[len("kafka.") :] in SECURITY_KEYS}
-        options = cls(picked)
+        options = cls(_pick(values))
         # Fail on the driver, naming the option, not later on an executor.
-        from kafkakit.net.security import SecurityConfig
-
         try:
             SecurityConfig(**options.client_kwargs())
         except KafkaConfigError as exc:
@@ -84,6 +84,10 @@ class SecurityOptions:
         kwargs: dict[str, Any] = {}
         if protocol == "PLAINTEXT" and not self.settings:
             return kwargs
+        if protocol not in SECURITY_PROTOCOLS:
+            raise KafkaConfigError(
+                "kafka.security.protocol", f"expected one of {', '.join(SECURITY_PROTOCOLS)}, got {protocol!r}"
+            )
         kwargs["security_protocol"] = protocol
         if protocol in ("SSL", "SASL_SSL"):
             kwargs["ssl_context"] = self._ssl_context()
@@ -92,7 +96,13 @@ class SecurityOptions:
         return kwargs
 
     def _sasl(self) -> dict[str, Any]:
+        # Kafka's default mechanism is GSSAPI (Kerberos), which kafkakit does not speak.
         mechanism = (self._get("sasl.mechanism") or "GSSAPI").upper()
+        if mechanism not in SASL_MECHANISMS:
+            hint = " (Kerberos, Kafka's default when unset)" if mechanism == "GSSAPI" else ""
+            raise KafkaConfigError(
+                "kafka.sasl.mechanism", f"{mechanism}{hint} is not supported; use one of {', '.join(SASL_MECHANISMS)}"
+            )
         jaas_text = self._get("sasl.jaas.config")
         if jaas_text is None:
             raise KafkaConfigError("kafka.sasl.jaas.config", f"is required with kafka.sasl.mechanism={mechanism}")
@@ -121,31 +131,45 @@ class SecurityOptions:
     def _ssl_context(self) -> ssl.SSLContext:
         from kafkakit.security import tls
 
+        algorithm = self.settings.get("ssl.endpoint.identification.algorithm", "https").strip().lower()
+        if algorithm not in ("", "https"):
+            raise KafkaConfigError("kafka.ssl.endpoint.identification.algorithm", 'expected "https" or ""')
         cafile, cadata = None, None
         truststore = self._get("ssl.truststore.location")
         if truststore is not None:
-            kind = self._store_type("ssl.truststore.type")
-            if kind == "PKCS12":
+            if self._store_type("ssl.truststore.type") == "PKCS12":
                 cadata = self._read("ssl.truststore.location", tls.load_pkcs12_truststore_pem,
                                     truststore, self._get("ssl.truststore.password"))  # fmt: skip
             else:
                 cafile = truststore
-        algorithm = self.settings.get("ssl.endpoint.identification.algorithm", "https").strip().lower()
-        if algorithm not in ("", "https"):
-            raise KafkaConfigError("kafka.ssl.endpoint.identification.algorithm", 'expected "https" or ""')
-        keystore = self._get("ssl.keystore.location")
-        password = None
-        if keystore is not None:
-            kind = self._store_type("ssl.keystore.type")
-            password = self._get("ssl.keystore.password") if kind == "PKCS12" else self._get("ssl.key.password")
-            if kind == "PKCS12" and not keystore.lower().endswith((".p12", ".pfx")):
-                raise KafkaConfigError("kafka.ssl.keystore.location", "a PKCS12 keystore must end in .p12 or .pfx")
         try:
-            return tls.create_ssl_context(
-                cafile=cafile, cadata=cadata, certfile=keystore, password=password, check_hostname=algorithm == "https"
-            )
+            context = tls.create_ssl_context(cafile=cafile, cadata=cadata, check_hostname=algorithm == "https")
         except (OSError, ValueError, ssl.SSLError) as exc:
-            raise KafkaConfigError("kafka.ssl.keystore.location", f"cannot load the TLS settings: {exc}") from None
+            raise KafkaConfigError("kafka.ssl.truststore.location", f"cannot load the CA certificates: {exc}") from None
+        keystore = self._get("ssl.keystore.location")
+        if keystore is not None:
+            self._load_keystore(context, keystore)
+        return context
+
+    def _load_keystore(self, context: ssl.SSLContext, keystore: str) -> None:
+        """The client certificate for mutual TLS: a PEM file holding key and chain, or a PKCS12 store."""
+        from kafkakit.security import tls
+
+        key_password = self._get("ssl.key.password")
+        try:
+            if self._store_type("ssl.keystore.type") == "PEM":
+                context.load_cert_chain(keystore, None, key_password)
+                return
+            # Python's ssl reads PEM only: convert in a private directory, whatever the file is named.
+            directory = tempfile.mkdtemp(prefix="kafkakit-spark-tls-")
+            try:
+                password = self._get("ssl.keystore.password") or key_password
+                cert, key = tls.pkcs12_to_pem_files(keystore, password, directory)
+                context.load_cert_chain(cert, key)
+            finally:
+                shutil.rmtree(directory, ignore_errors=True)
+        except (OSError, ValueError, ssl.SSLError) as exc:
+            raise KafkaConfigError("kafka.ssl.keystore.location", f"cannot load the client certificate: {exc}") from None
 
     def _store_type(self, name: str) -> str:
         kind = (self._get(name) or "PEM").upper()
@@ -167,6 +191,25 @@ class SecurityOptions:
             raise KafkaConfigError(f"kafka.{name}", f"cannot read it: {exc}") from None
 
 
+def _pick(values: Mapping[str, str]) -> dict[str, str]:
+    """The security options among data source options, keyed without ``kafka.`` (names case-insensitive)."""
+    picked: dict[str, str] = {}
+    for key, value in values.items():
+        name = str(key).lower()
+        if name.startswith("kafka.") and name[len("kafka.") :] in SECURITY_KEYS:
+            picked[name[len("kafka.") :]] = str(value)
+    return picked
+
+
+def security_settings(options: Mapping[str, str]) -> dict[str, Any]:
+    """Security keyword arguments for a Producer, Consumer, Admin or Cluster, built now from string options.
+
+    Call it where the client is constructed (on the executor): the result holds an
+    ``ssl.SSLContext`` and possibly a token provider, neither of which pickles.
+    """
+    return SecurityOptions(_pick(options)).client_kwargs()
+
+
 def _unsecured_provider(options: Mapping[str, str]) -> Callable[[], str]:
     """Kafka's unsecured OAUTHBEARER login (``unsecuredLoginStringClaim_sub``): for tests and dev clusters."""
     principal = options.get("unsecuredLoginStringClaim_sub")
@@ -174,7 +217,13 @@ def _unsecured_provider(options: Mapping[str, str]) -> Callable[[], str]:
         raise KafkaConfigError(
             "kafka.sasl.jaas.config", "OAuthBearerLoginModule is supported with unsecuredLoginStringClaim_sub only"
         )
-    lifetime = int(options.get("unsecuredLoginLifetimeSeconds", "3600") or 3600)
+    raw_lifetime = options.get("unsecuredLoginLifetimeSeconds") or "3600"
+    try:
+        lifetime = int(raw_lifetime)
+    except ValueError:
+        raise KafkaConfigError(
+            "kafka.sasl.jaas.config", f"unsecuredLoginLifetimeSeconds must be an integer, got {raw_lifetime!r}"
+        ) from None
 
     def provider() -> str:
         from kafkakit.security.oauthbearer import unsecured_token
