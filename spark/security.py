@@ -113,6 +113,12 @@ class SecurityOptions:
         except ValueError as exc:
             raise KafkaConfigError("kafka.sasl.jaas.config", str(exc)) from None
         kwargs: dict[str, Any] = {"sasl_mechanism": mechanism}
+        oauth = mechanism == "OAUTHBEARER"
+        if entry.login_module in (_PLAIN_MODULE, _SCRAM_MODULE, _OAUTH_MODULE) and oauth != (
+            entry.login_module == _OAUTH_MODULE
+        ):
+            wanted = "OAuthBearerLoginModule" if oauth else "PlainLoginModule or ScramLoginModule"
+            raise KafkaConfigError("kafka.sasl.jaas.config", f"kafka.sasl.mechanism={mechanism} needs {wanted}")
         if entry.login_module in (_PLAIN_MODULE, _SCRAM_MODULE):
             username, password = entry.options.get("username"), entry.options.get("password")
             if not username or not password:
@@ -156,8 +162,9 @@ class SecurityOptions:
         from kafkakit.security import tls
 
         key_password = self._get("ssl.key.password")
+        kind = self._store_type("ssl.keystore.type")
         try:
-            if self._store_type("ssl.keystore.type") == "PEM":
+            if kind == "PEM":
                 context.load_cert_chain(keystore, None, key_password)
                 return
             # Python's ssl reads PEM only: convert in a private directory, whatever the file is named.

@@ -383,7 +383,7 @@ class _OAuthExchange(_Exchange):
         try:
             token, _extensions, _authzid = oauthbearer.parse_client_initial_response(data)
             validated = self._validator.validate(token)
-        except ValueError as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever an unauthenticated token does, it is refused
             self._error = str(exc)
             return oauthbearer.error_challenge("invalid_token")
         self.username = validated.principal

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 import time
 from collections.abc import Iterable, Mapping
@@ -168,23 +169,35 @@ def _checked(
     claims: Mapping[str, Any], principal_claim: str, scope_claim: str, allowable_clock_skew_ms: int
 ) -> ValidatedToken:
     now_ms = time.time() * 1000
-    exp = claims.get("exp")
-    if not isinstance(exp, int | float):
-        raise ValueError("the token has no numeric 'exp' claim")
+    exp = _seconds(claims, "exp", required=True)
+    assert exp is not None
     if exp * 1000 + allowable_clock_skew_ms <= now_ms:
         raise ValueError("the token has expired")
-    nbf = claims.get("nbf")
-    if isinstance(nbf, int | float) and nbf * 1000 - allowable_clock_skew_ms > now_ms:
+    nbf = _seconds(claims, "nbf")
+    if nbf is not None and nbf * 1000 - allowable_clock_skew_ms > now_ms:
         raise ValueError("the token is not valid yet")
-    iat = claims.get("iat")
-    if iat is not None and not isinstance(iat, int | float):
-        raise ValueError("the token's 'iat' claim is not a number")
+    _seconds(claims, "iat")
     principal = claims.get(principal_claim)
     if not isinstance(principal, str) or not principal.strip():
         raise ValueError(f"the token has no '{principal_claim}' claim naming the principal")
     raw_scope = claims.get(scope_claim, ())
-    scope = tuple(raw_scope.split()) if isinstance(raw_scope, str) else tuple(str(s) for s in raw_scope)
+    if isinstance(raw_scope, str):
+        scope = tuple(raw_scope.split())
+    elif isinstance(raw_scope, list | tuple) and all(isinstance(item, str) for item in raw_scope):
+        scope = tuple(raw_scope)
+    else:
+        raise ValueError(f"the token's '{scope_claim}' claim is neither a string nor a list of strings")
     return ValidatedToken(principal.strip(), int(exp * 1000), scope, dict(claims))
+
+
+def _seconds(claims: Mapping[str, Any], name: str, *, required: bool = False) -> float | None:
+    """A NumericDate claim as a finite number (JSON also allows Infinity and NaN); ValueError if bad."""
+    value = claims.get(name)
+    if value is None and not required:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"the token's '{name}' claim is not a finite number")
+    return float(value)
 
 
 def validate_unsecured(
@@ -272,6 +285,8 @@ def _verify(key: Any, alg: str, signature: bytes, signing_input: bytes) -> None:
         if family == "RS" and isinstance(key, rsa.RSAPublicKey):
             key.verify(signature, signing_input, padding.PKCS1v15(), digest)
         elif family == "ES" and isinstance(key, ec.EllipticCurvePublicKey):
+            if len(signature) != 2 * ((key.curve.key_size + 7) // 8):  # RFC 7518 3.4: exactly r || s
+                raise ValueError("the token's signature has the wrong length for its curve")
             half = len(signature) // 2
             der = encode_dss_signature(int.from_bytes(signature[:half], "big"), int.from_bytes(signature[half:], "big"))
             key.verify(der, signing_input, ec.ECDSA(digest))
@@ -299,7 +314,7 @@ def validate_signed(
     audience = list(expected_audience)
     if audience:
         aud = claims.get("aud")
-        token_audience = [aud] if isinstance(aud, str) else list(aud or [])
+        token_audience = [aud] if isinstance(aud, str) else aud if isinstance(aud, list) else []
         if not set(audience) & set(token_audience):
             raise ValueError("the token's audience is not one this broker expects")
     if expected_issuer and claims.get("iss") != expected_issuer:
