@@ -23,11 +23,11 @@ import bisect
 import contextlib
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from itertools import accumulate, repeat
 from operator import add
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, overload
+from typing import TYPE_CHECKING, Any, Self
 
 from kafkakit.cluster import Cluster, parse_bootstrap
 from kafkakit.config import check_int as _check_int
@@ -44,13 +44,13 @@ from kafkakit.producer.accumulator import (
     BATCH_HEADER_SIZE,
     RECORD_OVERHEAD,
     Accumulator,
-    BatchResult,
     PartitionQueue,
-    ProducerBatch,
     RecordFuture,
 )
 from kafkakit.producer.idempotence import ProducerIdentity
 from kafkakit.producer.partitioner import Partitioner, StickyPartitions, murmur2
+from kafkakit.producer.record_input import as_bytes, bytes_list, check_acks, check_headers, lengths
+from kafkakit.producer.send_batch_result import SendBatchFuture, SendBatchResult
 from kafkakit.producer.sender import Sender
 from kafkakit.producer.transactions import TransactionHandle, TransactionManager, TransactionState
 from kafkakit.records import Compression, encode_batch, encode_values
@@ -64,8 +64,6 @@ __all__ = ["Producer", "RecordFuture", "SendBatchFuture", "SendBatchResult", "Tr
 #: The broker keeps the last five batches per producer and partition for deduplication.
 _MAX_IDEMPOTENT_IN_FLIGHT = 5
 
-_BYTES_LIKE = (bytes, bytearray, memoryview)
-_BYTES_OR_NONE = {bytes, type(None)}
 #: Upper bound of a bulk record's overhead: length(3) attributes(1) timestampDelta(1)
 #: offsetDelta(4) keyLength(3) valueLength(3) headerCount(1) plus slack.
 _BULK_RECORD_OVERHEAD = 18
@@ -173,7 +171,7 @@ class Producer:
             )
         if acks is None:
             acks = "all" if enable_idempotence else 1
-        self._acks = _check_acks(acks)
+        self._acks = check_acks(acks)
         if enable_idempotence and self._acks != -1:
             raise KafkaConfigError(
                 "acks", f"must be 'all' (-1) with enable_idempotence or transactional_id, got {acks!r}"
@@ -365,14 +363,14 @@ class Producer:
             size = RECORD_OVERHEAD
         else:
             if value.__class__ is not bytes:
-                value = _as_bytes(value, "value")
+                value = as_bytes(value, "value")
             size = RECORD_OVERHEAD + len(value)
         if key is not None:
             if key.__class__ is not bytes:
-                key = _as_bytes(key, "key")
+                key = as_bytes(key, "key")
             size += len(key)
         if headers:
-            headers, header_size = _check_headers(headers)
+            headers, header_size = check_headers(headers)
             size += header_size
         else:
             headers = ()
@@ -657,9 +655,9 @@ class Producer:
             values = [self._value_serializer(v) for v in values]
         if keys is not None and self._key_serializer is not None:
             keys = [self._key_serializer(k) for k in keys]
-        values = _bytes_list(values, "value")
+        values = bytes_list(values, "value")
         if keys is not None:
-            keys = _bytes_list(keys, "key")
+            keys = bytes_list(keys, "key")
             if not any(k is not None for k in keys):
                 keys = None
         header_lists: list[Sequence[Header]] | None = None
@@ -667,7 +665,7 @@ class Producer:
         if headers is not None and any(headers):
             header_lists, header_sizes = [], []
             for h in headers:
-                checked, hsize = _check_headers(h) if h else ((), 0)
+                checked, hsize = check_headers(h) if h else ((), 0)
                 header_lists.append(checked)
                 header_sizes.append(hsize)
         if timestamp_ms is None:
@@ -694,9 +692,9 @@ class Producer:
         self, values: list[bytes | None], keys: list[bytes | None] | None, header_sizes: list[int] | None
     ) -> list[int]:
         # map/accumulate keep these loops in C: send_batch is the million-record path.
-        sizes = list(map(add, _lengths(values), repeat(_BULK_RECORD_OVERHEAD, len(values))))
+        sizes = list(map(add, lengths(values), repeat(_BULK_RECORD_OVERHEAD, len(values))))
         if keys is not None:
-            sizes = list(map(add, sizes, _lengths(keys)))
+            sizes = list(map(add, sizes, lengths(keys)))
         if header_sizes is not None:
             sizes = list(map(add, sizes, header_sizes))
         return sizes
@@ -810,152 +808,3 @@ class Producer:
             ],
             compression=self._compression,
         )
-
-
-class SendBatchResult(Sequence[RecordMetadata]):
-    """Where a ``send_batch`` call's records landed.
-
-    A lazy sequence: ``result[i]`` is the RecordMetadata of ``values[i]`` (built on
-    access), ``len(result)`` the record count, and ``ranges`` lists each batch as
-    ``(TopicPartition, base_offset, record_count)`` in the order they were queued.
-    """
-
-    def __init__(
-        self,
-        topic: str,
-        count: int,
-        timestamp_ms: int,
-        parts: list[tuple[ProducerBatch, range | list[int], BatchResult]],
-    ) -> None:
-        self.topic = topic
-        self._count = count
-        self._timestamp = timestamp_ms
-        self._parts = parts
-        self._where: tuple[list[int], list[int]] | None = None  # position -> (part, delta)
-        self._starts: list[int] | None = None
-
-    @property
-    def ranges(self) -> list[tuple[TopicPartition, int, int]]:
-        return [(batch.tp, result[0], len(index)) for batch, index, result in self._parts]
-
-    def __len__(self) -> int:
-        return self._count
-
-    @overload
-    def __getitem__(self, i: int) -> RecordMetadata: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[RecordMetadata]: ...
-    def __getitem__(self, i: int | slice) -> RecordMetadata | list[RecordMetadata]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(self._count))]
-        if i < 0:
-            i += self._count
-        if not 0 <= i < self._count:
-            raise IndexError("SendBatchResult index out of range")
-        part, delta = self._locate(i)
-        batch, _, (base_offset, log_append_time, log_start_offset) = self._parts[part]
-        offset = base_offset + delta if base_offset >= 0 else -1
-        if log_append_time >= 0:
-            return RecordMetadata(
-                batch.tp.topic, batch.tp.partition, offset, log_append_time, 1, log_start_offset
-            )
-        return RecordMetadata(
-            batch.tp.topic, batch.tp.partition, offset, self._timestamp, 0, log_start_offset
-        )
-
-    def _locate(self, i: int) -> tuple[int, int]:
-        if all(isinstance(index, range) for _, index, _ in self._parts):
-            if self._starts is None:
-                self._starts = [index.start for _, index, _ in self._parts]  # type: ignore[union-attr]
-            part = bisect.bisect_right(self._starts, i) - 1
-            return part, i - self._starts[part]
-        if self._where is None:
-            part_of, delta_of = [0] * self._count, [0] * self._count
-            for part, (_, index, _) in enumerate(self._parts):
-                for delta, position in enumerate(index):
-                    part_of[position] = part
-                    delta_of[position] = delta
-            self._where = (part_of, delta_of)
-        return self._where[0][i], self._where[1][i]
-
-    def __repr__(self) -> str:
-        return f"<SendBatchResult {self.topic} records={self._count} batches={len(self._parts)}>"
-
-
-class SendBatchFuture(Awaitable[SendBatchResult]):
-    """The awaitable ``send_batch`` returns; ``await`` it for a :class:`SendBatchResult`."""
-
-    def __init__(self, topic: str, count: int, timestamp_ms: int) -> None:
-        self.topic = topic
-        self.count = count
-        self.timestamp_ms = timestamp_ms
-        self._batches: list[tuple[ProducerBatch, range | list[int]]] = []
-
-    def add(self, batch: ProducerBatch, index: range | list[int]) -> None:
-        self._batches.append((batch, index))
-
-    def done(self) -> bool:
-        return all(batch.future.done() for batch, _ in self._batches)
-
-    def __await__(self) -> Generator[Any, None, SendBatchResult]:
-        futures = [batch.future for batch, _ in self._batches]
-        if futures:
-            yield from asyncio.wait(futures).__await__()
-        parts = []
-        for batch, index in self._batches:
-            parts.append((batch, index, batch.future.result()))  # raises a failed batch's error
-        return SendBatchResult(self.topic, self.count, self.timestamp_ms, parts)
-
-
-# -- validation helpers ----------------------------------------------------------
-
-
-def _check_acks(acks: object) -> int:
-    if acks == "all":
-        return -1
-    if isinstance(acks, int) and not isinstance(acks, bool) and acks in (0, 1, -1):
-        return acks
-    raise KafkaConfigError("acks", f"must be 0, 1, -1 or 'all', not {acks!r}")
-
-
-def _as_bytes(data: object, what: str) -> bytes:
-    if isinstance(data, _BYTES_LIKE):
-        return bytes(data)
-    raise TypeError(
-        f"record {what} must be bytes (or set {what.split()[0]}_serializer), not {type(data).__name__}"
-    )
-
-
-def _lengths(items: list[bytes | None]) -> list[int]:
-    if None in items:
-        return [0 if item is None else len(item) for item in items]
-    return list(map(len, items))  # type: ignore[arg-type]
-
-
-def _bytes_list(items: Sequence[Any], what: str) -> list[bytes | None]:
-    out = list(items)
-    if set(map(type, out)) <= _BYTES_OR_NONE:
-        return out
-    for i, item in enumerate(out):
-        if item is not None and item.__class__ is not bytes:
-            out[i] = _as_bytes(item, what)
-    return out
-
-
-def _check_headers(headers: Sequence[Header]) -> tuple[list[Header], int]:
-    """Validated headers as a list, plus their encoded size."""
-    checked: list[Header] = []
-    size = 0
-    for header in headers:
-        try:
-            name, value = header
-        except (TypeError, ValueError):
-            raise TypeError(f"a header must be a (str, bytes | None) pair, not {header!r}") from None
-        if not isinstance(name, str):
-            raise TypeError(f"header name must be str, not {type(name).__name__}")
-        if value is not None and value.__class__ is not bytes:
-            value = _as_bytes(value, "header value")
-        checked.append((name, value))
-        name_size = len(name) if name.isascii() else len(name.encode("utf-8"))
-        size += name_size + (len(value) if value is not None else 0) + 6
-    return checked, size
