@@ -300,10 +300,13 @@ class _Connection:
         writer = self._writer
         writer.write(_SIZE_AND_CORRELATION.pack(size, correlation_id) + tag)
         loop = asyncio.get_running_loop()
+        # TLS needs the bytes in Python: asyncio's sendfile fallback would read from the segment
+        # file's shared position (it seeks only for a non-zero offset), so read with pread instead.
+        tls = writer.get_extra_info("ssl_object") is not None
         for part in response.parts:
             if isinstance(part, bytes):
                 writer.write(part)
-            elif part.length < SENDFILE_MIN_BYTES:
+            elif tls or part.length < SENDFILE_MIN_BYTES:
                 writer.write(part.read_bytes())
             else:
                 # Zero copy: the kernel moves segment bytes straight to the socket.

@@ -25,5 +25,6 @@ def test_security_benchmark_smoke_run(tmp_path: Path) -> None:
         for client in ("kafkakit", "confluent", "aiokafka"):
             for protocol in ("PLAINTEXT", "SASL_SSL"):
                 assert results["rates"][f"broker_min/{role}/{client}/{protocol}"] > 0
+            assert results["slowdown"][f"broker_min/{role}/{client}"] > 0
     assert all(seconds > 0 for seconds in results["connect"]["broker_min"].values())
     assert "TLS/plaintext" in result.stdout

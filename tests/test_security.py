@@ -319,3 +319,20 @@ async def test_transactions_over_sasl_ssl(secure_broker: SecureBroker, topic: st
         for records in (await consumer.getmany(timeout_ms=500)).values():
             values.extend(r.value for r in records)
     assert values == [f"kept-{i}".encode() for i in range(5)]
+
+
+async def test_a_topic_is_read_twice_from_the_start_over_tls(secure_broker: SecureBroker, topic: str) -> None:
+    """Regression: broker_min served TLS fetches with asyncio's sendfile fallback, which reads from
+    the segment file's shared position; a second read from offset 0 then got nothing and hung."""
+    config = client_config(secure_broker, "SASL_SSL", "SCRAM-SHA-256")
+    async with Producer(**config) as producer:
+        await asyncio.gather(*[await producer.send(topic, b"x" * 1000, partition=0) for _ in range(200)])
+    for _ in range(2):
+        seen = 0
+        async with Consumer(auto_offset_reset="earliest", **config) as consumer:
+            consumer.assign([TopicPartition(topic, 0)])
+            deadline = time.monotonic() + 15
+            while seen < 200 and time.monotonic() < deadline:
+                for records in (await consumer.getmany(timeout_ms=500)).values():
+                    seen += len(records)
+        assert seen == 200
