@@ -221,12 +221,17 @@ class RecordFuture:
     ) -> None:
         """Call ``callback(self)`` once done (soon, if it already is), as ``asyncio.Future`` does."""
         state = self._state
-        if self._batch.future.done() or type(state) is _Cancelled:
+        batch = self._batch
+        if batch.future.done() or type(state) is _Cancelled:
             self.get_loop().call_soon(callback, self, context=context)
         elif state is None:
             # One callback without a context (asyncio.gather's) is kept as is: no allocation.
             self._state = callback if context is None else [(callback, context)]
-            self._batch.add_waiter(self)
+            waiters = batch.waiters  # batch.add_waiter, inlined: this runs once per gathered record
+            if waiters is None:
+                batch.add_waiter(self)
+            else:
+                waiters.append(self)
         elif type(state) is list:
             state.append((callback, context))
         else:
