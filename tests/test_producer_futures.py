@@ -132,3 +132,36 @@ async def _delivery_errors(producer: Producer, topic: str, big: bytes) -> None:
     assert isinstance(results[0], KafkaError)
     ok = await producer.send(topic, b"small", partition=0)
     assert isinstance((await asyncio.gather(ok, return_exceptions=True))[0], RecordMetadata)
+
+
+async def test_send_builds_its_future_like_the_constructor(producer: Producer, topic: str) -> None:
+    """send() builds RecordFuture without calling __init__ (speed): every slot must still be set alike."""
+    from kafkakit.producer.accumulator import RecordFuture
+
+    sent = await producer.send(topic, b"v", partition=0, timestamp_ms=1234)
+    built = RecordFuture(sent._batch, sent._delta, 1234)
+    for name in RecordFuture.__slots__:
+        assert getattr(sent, name) == getattr(built, name), name
+    assert (await sent).timestamp == 1234
+
+
+async def test_records_of_mixed_shapes_in_one_batch_round_trip(
+    producer: Producer, topic: str, broker_min: BrokerMinServer
+) -> None:
+    """Keys, headers and odd values in the flat record list of one batch come back as sent."""
+    sent = []
+    for i in range(200):  # past the uniform encoder's minimum, but not uniform
+        key = None if i % 3 else f"k{i}".encode()
+        headers = [("h", str(i).encode())] if i % 7 == 0 else None
+        value = None if i % 11 == 0 else b"v" * (i % 5)
+        sent.append((key, value, headers))
+        await producer.send(topic, value, key=key, partition=0, headers=headers)
+    await producer.flush()
+    async with Consumer(bootstrap_servers=broker_min.bootstrap_servers, auto_offset_reset="earliest") as consumer:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        got = []
+        while len(got) < 200:
+            for records in (await consumer.getmany(timeout_ms=2000)).values():
+                got.extend((r.key, r.value, list(r.headers) or None) for r in records)
+    assert got == [(k, v, list(h) if h else None) for k, v, h in sent]

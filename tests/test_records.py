@@ -660,3 +660,34 @@ def test_uniform_encoder_declines_other_records() -> None:
         _encode_records([(None, "text", BASE_TS, ())] * n)
     as_bytearray = [(None, bytearray(b"abc"), BASE_TS, ())] * n
     assert fastencode.encode_uniform_records(as_bytearray) == _encode_records_slowly(as_bytearray)
+
+
+@pytest.mark.parametrize("uniform", [True, False])
+@pytest.mark.parametrize("codec", ["none", "lz4", "gzip"])
+@pytest.mark.parametrize("producer", [(-1, -1, -1, False), (4711, 3, 1000, False), (4711, 3, 2**31 - 5, True)])
+def test_flat_batches_encode_as_tuple_batches(uniform: bool, codec: str, producer: tuple[int, int, int, bool]) -> None:
+    """encode_flat_batch (the producer's record list, producer fields written in place) gives
+    encode_batch's bytes, whether the uniform encoder's scratch buffer or the loop builds them."""
+    from kafkakit.records import encode_flat_batch
+
+    producer_id, epoch, sequence, transactional = producer
+    count = 3 * fastencode.MIN_RECORDS
+    records = [
+        (None if uniform or i % 2 else b"key", b"v%04d" % i, BASE_TS + i % 9, () if uniform or i % 5 else [("h", b"x")])
+        for i in range(count)
+    ]
+    flat = [item for record in records for item in record]
+    expected = encode_batch(
+        records, compression=codec, producer_id=producer_id, producer_epoch=epoch,
+        base_sequence=sequence, transactional=transactional,
+    )  # fmt: skip
+    for _ in range(2):  # the second call reuses the scratch buffer
+        got = encode_flat_batch(
+            flat, compression=codec, producer_id=producer_id, producer_epoch=epoch,
+            base_sequence=sequence, transactional=transactional,
+        )  # fmt: skip
+        assert got == expected
+    (_, header), = iter_batch_headers(got)
+    assert verify_crc(got, 0, header) and header.producer_id == producer_id and header.is_transactional == transactional
+    with pytest.raises(ValueError, match="four items per record"):
+        encode_flat_batch(flat[:-1])

@@ -18,17 +18,15 @@ import asyncio
 import contextvars
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator
 from typing import Any
 
 from kafkakit.errors import KafkaError, KafkaTimeoutError
-from kafkakit.records import Compression, encode_batch
+from kafkakit.records import Compression, encode_flat_batch
 from kafkakit.structs import RecordMetadata, TopicPartition
 
 #: What a batch future resolves to: (base offset, log append time or -1, log start offset).
 BatchResult = tuple[int, int, int]
-#: One record as the accumulator keeps it (the shape ``encode_batch`` takes).
-Record = tuple[bytes | None, bytes | None, int, Sequence[tuple[str, bytes | None]]]
 
 #: Bytes a record adds to a batch besides key, value and headers (attributes,
 #: timestamp/offset deltas, lengths, header count); a close estimate, not a bound.
@@ -64,7 +62,8 @@ class ProducerBatch:
         self, tp: TopicPartition, seq: int, created: float, future: asyncio.Future[BatchResult]
     ) -> None:
         self.tp = tp
-        self.records: list[Record] = []
+        # Flat: key, value, timestamp_ms, headers, key, ... (no tuple per record for the collector to track).
+        self.records: list[Any] = []
         self.encoded: bytes | None = None
         self.record_count = 0  # set when the batch leaves its queue (the hot path only appends)
         self.size = BATCH_HEADER_SIZE
@@ -117,7 +116,7 @@ class ProducerBatch:
         """The wire bytes of this batch, built once and kept for retries."""
         data = self.encoded
         if data is None:
-            data = self.encoded = encode_batch(self.records, compression=compression)
+            data = self.encoded = encode_flat_batch(self.records, compression=compression)
         return data
 
 
@@ -157,6 +156,7 @@ class RecordFuture:
     __slots__ = ("_batch", "_delta", "_timestamp", "_state", "_asyncio_future_blocking")
 
     def __init__(self, batch: ProducerBatch, delta: int, timestamp: int) -> None:
+        # Producer.send builds these with object.__new__ and the same five stores: keep in step.
         self._batch = batch
         self._delta = delta
         self._timestamp = timestamp
@@ -383,9 +383,9 @@ class Accumulator:
         if batch is None or batch.size + size > self.max_batch_size:
             batch = self.new_batch(pq)
         records = batch.records
-        records.append((key, value, timestamp, headers))
+        records.extend((key, value, timestamp, headers))
         batch.size += size
-        return RecordFuture(batch, len(records) - 1, timestamp)
+        return RecordFuture(batch, (len(records) >> 2) - 1, timestamp)
 
     def append_encoded(
         self, pq: PartitionQueue, data: bytes, record_count: int, timestamp: int, size: int, reserved: int
@@ -485,7 +485,7 @@ class Accumulator:
         if batch is pq.open:
             pq.open = None
         if batch.encoded is None:
-            batch.record_count = len(batch.records)
+            batch.record_count = len(batch.records) >> 2
         pq.in_flight += 1
         return batch
 
@@ -494,7 +494,7 @@ class Accumulator:
         batch = pq.batches.popleft()
         if batch is pq.open:
             pq.open = None
-        batch.record_count = len(batch.records)
+        batch.record_count = len(batch.records) >> 2
         return batch
 
     def requeue(self, pq: PartitionQueue, batch: ProducerBatch) -> None:
@@ -560,7 +560,7 @@ class Accumulator:
             if batch is pq.open:
                 pq.open = None
             if batch.encoded is None:
-                batch.record_count = len(batch.records)
+                batch.record_count = len(batch.records) >> 2
             reason = f" (last error: {batch.last_error})" if batch.last_error is not None else ""
             self.fail(
                 None,
@@ -589,7 +589,7 @@ class Accumulator:
                     batch = pq.batches.popleft()
                     sequenced = sequenced or batch.base_sequence >= 0
                     if batch.encoded is None:
-                        batch.record_count = len(batch.records)
+                        batch.record_count = len(batch.records) >> 2
                     self.fail(None, batch, error)
                 pq.open = None
         return sequenced

@@ -20,6 +20,7 @@ import asyncio
 import logging
 import struct
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from crc32c import crc32c
@@ -83,6 +84,8 @@ class ProducerIdentity:
         self.producer_id = -1
         self.epoch = -1
         self.fatal: KafkaError | None = None
+        #: Called once the producer enters a fatal state (the producer stops skipping its send checks).
+        self.on_fatal: Callable[[], None] | None = None
 
     @property
     def has_id(self) -> bool:
@@ -100,6 +103,8 @@ class ProducerIdentity:
         if self.fatal is None:
             log.error("producer entered a fatal state: %s", error)
             self.fatal = error
+            if self.on_fatal is not None:
+                self.on_fatal()
 
     async def init_producer_id(
         self, conn: BrokerConnection, *, bump: bool, timeout: float, backoff: float

@@ -26,6 +26,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from itertools import accumulate, repeat
 from operator import add
+from time import time_ns as _time_ns
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -55,6 +56,8 @@ from kafkakit.producer.sender import Sender
 from kafkakit.producer.transactions import TransactionHandle, TransactionManager, TransactionState
 from kafkakit.records import Compression, encode_batch, encode_values
 from kafkakit.structs import Header, OffsetAndMetadata, RecordMetadata, TopicPartition
+
+_new_object = object.__new__
 
 if TYPE_CHECKING:
     from kafkakit.consumer.group import GroupMetadata
@@ -272,6 +275,9 @@ class Producer:
         # The largest record send() accepts (its estimated size in a batch).
         self._max_record_size = min(max_request_size, buffer_memory) - BATCH_HEADER_SIZE
         self._accepting = False
+        self._send_checks = True
+        if self._identity is not None:
+            self._identity.on_fatal = self._update_send_path
         self._started = False
         self._closed = False
 
@@ -297,6 +303,7 @@ class Producer:
         self._sender.start()
         self._started = True
         self._accepting = True
+        self._update_send_path()
 
     async def stop(self) -> None:
         """Stop accepting records, deliver everything already sent, then close connections."""
@@ -304,6 +311,7 @@ class Producer:
             return
         self._closed = True
         self._accepting = False
+        self._update_send_path()
         if self._started:
             try:
                 await self.flush()
@@ -351,14 +359,8 @@ class Producer:
         ``max_request_size`` (or ``buffer_memory``), TypeError for a value or key
         that is not bytes after serialisation.
         """
-        if not self._accepting:
-            raise self._not_accepting()
-        if self._identity is not None:
-            self._check_can_send()
-        if self._key_serializer is not None:
-            key = self._key_serializer(key)
-        if self._value_serializer is not None:
-            value = self._value_serializer(value)
+        if self._send_checks:
+            key, value = self._checked_input(key, value)
         if value is None:
             size = RECORD_OVERHEAD
         else:
@@ -393,7 +395,7 @@ class Producer:
             if pq is None:
                 pq = await self._explicit_partition(topic, partition)
         if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
+            timestamp_ms = _time_ns() // 1_000_000
         elif timestamp_ms.__class__ is not int:
             raise TypeError(f"timestamp_ms must be an int (milliseconds), not {type(timestamp_ms).__name__}")
         acc = self._acc
@@ -406,9 +408,17 @@ class Producer:
         if batch is None or batch.size + size > self._max_batch_size:
             batch = acc.new_batch(pq)
         records = batch.records
-        records.append((key, value, timestamp_ms, headers))
+        records.extend((key, value, timestamp_ms, headers))  # flat: see ProducerBatch.records
         batch.size += size
-        return RecordFuture(batch, len(records) - 1, timestamp_ms)
+        # RecordFuture(batch, index, timestamp_ms) without the Python-level __init__ call: a
+        # quarter of this path's cost went to building the future. Keep in step with __init__.
+        future = _new_object(RecordFuture)
+        future._batch = batch
+        future._delta = (len(records) >> 2) - 1
+        future._timestamp = timestamp_ms
+        future._state = None
+        future._asyncio_future_blocking = False
+        return future
 
     async def send_and_wait(
         self,
@@ -488,6 +498,33 @@ class Producer:
         return RecordTooLargeError(
             f"the record is {size} bytes when serialized, larger than {setting}={limit}"
         )
+
+    def _update_send_path(self) -> None:
+        """Let send() skip its checks while none could refuse a record or change it.
+
+        Called whenever one of their inputs changes (start, stop, a fatal error); a
+        transactional producer always checks (its state changes with every transaction).
+        """
+        identity = self._identity
+        self._send_checks = not (
+            self._accepting
+            and self._txn is None
+            and (identity is None or identity.fatal is None)
+            and self._key_serializer is None
+            and self._value_serializer is None
+        )
+
+    def _checked_input(self, key: Any, value: Any) -> tuple[Any, Any]:
+        """send()'s checks and serialisation, when _update_send_path says they are needed."""
+        if not self._accepting:
+            raise self._not_accepting()
+        if self._identity is not None:
+            self._check_can_send()
+        if self._key_serializer is not None:
+            key = self._key_serializer(key)
+        if self._value_serializer is not None:
+            value = self._value_serializer(value)
+        return key, value
 
     def _check_can_send(self) -> None:
         assert self._identity is not None

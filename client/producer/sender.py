@@ -76,7 +76,7 @@ from kafkakit.producer.idempotence import (
 from kafkakit.producer.transactions import choose_version
 from kafkakit.protocol.build import make_request, millis
 from kafkakit.protocol.framing import ApiKey
-from kafkakit.records import encode_batch
+from kafkakit.records import encode_flat_batch
 from kafkakit.structs import TopicPartition
 
 if TYPE_CHECKING:
@@ -390,22 +390,27 @@ class Sender:
         if identity is not None:
             # Never coalesced: one batch whose sequence (and bytes) survive retries.
             (batch,) = group
-            if batch.encoded is None and batch.followers:
-                batch.encoded = encode_batch(
-                    list(chain(batch.records, *(f.records for f in batch.followers))),
+            if batch.encoded is None:  # the first send: encoded with the producer fields in place
+                records = batch.records
+                if batch.followers:
+                    records = list(chain(records, *(f.records for f in batch.followers)))
+                data = encode_flat_batch(
+                    records,
                     compression=self._acc.compression,
+                    producer_id=identity.producer_id,
+                    producer_epoch=identity.epoch,
+                    base_sequence=batch.base_sequence,
+                    transactional=identity.transactional,
                 )
-            data = batch.encoded = stamp_batch(
-                batch.encode(self._acc.compression),
-                identity.producer_id,
-                identity.epoch,
-                batch.base_sequence,
-                identity.transactional,
-            )
+            else:  # a retry (maybe under a new epoch or sequence) or a pre-encoded bulk batch
+                data = stamp_batch(
+                    batch.encoded, identity.producer_id, identity.epoch, batch.base_sequence, identity.transactional
+                )
+            batch.encoded = data
             return data
         if len(group) == 1:
             return group[0].encode(self._acc.compression)
-        return encode_batch(
+        return encode_flat_batch(
             list(chain.from_iterable(b.records for b in group)), compression=self._acc.compression
         )
 

@@ -22,6 +22,7 @@ from .encoder import (
     RecordTuple,
     build_control_batch,
     encode_batch,
+    encode_flat_batch,
     encode_headers,
     encode_values,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "decode_raw_records",
     "decompress",
     "encode_batch",
+    "encode_flat_batch",
     "encode_headers",
     "encode_values",
     "iter_batch_headers",

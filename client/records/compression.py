@@ -63,7 +63,7 @@ _ZSTD_COMPRESSOR = zstandard.ZstdCompressor(level=3)
 _ZSTD_DECOMPRESSOR = zstandard.ZstdDecompressor()
 
 
-def _gzip_compress(data: bytes) -> bytes:
+def _gzip_compress(data: bytes | memoryview) -> bytes:
     c = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 31 = gzip container
     return c.compress(data) + c.flush()
 
@@ -76,7 +76,7 @@ def _gzip_decompress(data: bytes) -> bytes:
     return out
 
 
-def _snappy_compress(data: bytes) -> bytes:
+def _snappy_compress(data: bytes | memoryview) -> bytes:
     compress_raw = cramjam.snappy.compress_raw
     parts = [_XERIAL_HEADER]
     view = memoryview(data)
@@ -105,7 +105,7 @@ def _snappy_decompress(data: bytes) -> bytes:
     return b"".join(parts)
 
 
-def _lz4_compress(data: bytes) -> bytes:
+def _lz4_compress(data: bytes | memoryview) -> bytes:
     out: bytes = lz4.frame.compress(data, block_linked=False, store_size=False, content_checksum=False)
     return out
 
@@ -115,7 +115,7 @@ def _lz4_decompress(data: bytes) -> bytes:
     return out
 
 
-def _zstd_compress(data: bytes) -> bytes:
+def _zstd_compress(data: bytes | memoryview) -> bytes:
     return _ZSTD_COMPRESSOR.compress(data)
 
 
@@ -125,7 +125,7 @@ def _zstd_decompress(data: bytes) -> bytes:
     return out
 
 
-_COMPRESSORS: dict[int, Callable[[bytes], bytes]] = {
+_COMPRESSORS: dict[int, Callable[[bytes | memoryview], bytes]] = {
     Compression.GZIP: _gzip_compress,
     Compression.SNAPPY: _snappy_compress,
     Compression.LZ4: _lz4_compress,
@@ -139,7 +139,7 @@ _DECOMPRESSORS: dict[int, Callable[[bytes], bytes]] = {
 }
 
 
-def compress(codec: int, data: bytes) -> bytes:
+def compress(codec: int, data: bytes | memoryview) -> bytes:
     """Compress ``data`` with ``codec`` (a :class:`Compression`); NONE returns it unchanged."""
     if codec == Compression.NONE:
         return bytes(data)
