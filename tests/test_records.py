@@ -691,3 +691,22 @@ def test_flat_batches_encode_as_tuple_batches(uniform: bool, codec: str, produce
     assert verify_crc(got, 0, header) and header.producer_id == producer_id and header.is_transactional == transactional
     with pytest.raises(ValueError, match="four items per record"):
         encode_flat_batch(flat[:-1])
+
+
+def test_request_frames_keep_large_fields_as_chunks() -> None:
+    """A record batch of 64 KiB or more travels as its own chunk (not copied); the chunks join into the frame."""
+    from kafkakit.protocol import ApiKey, encode_request, encode_request_chunks
+    from kafkakit.protocol.build import make_request
+
+    batch = encode_batch([(None, b"x" * 70_000, BASE_TS, ())])
+    request = make_request(
+        ApiKey.PRODUCE, 9, transactional_id=None, acks=1, timeout=1000,
+        topic_data=[{"name": "t", "partition_data": [{"index": 0, "records": batch}]}],
+    )  # fmt: skip
+    chunks = encode_request_chunks(5, "client", request)
+    assert any(chunk is batch for chunk in chunks)
+    frame = b"".join(chunks)
+    assert frame == encode_request(5, "client", request)
+    assert int.from_bytes(frame[:4], "big") == len(frame) - 4
+    small = make_request(ApiKey.API_VERSIONS, 3, client_software_name="k", client_software_version="1")
+    assert len(encode_request_chunks(6, "client", small)) == 1

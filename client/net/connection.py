@@ -29,7 +29,7 @@ from kafkakit.errors import (
 from kafkakit.net.sasl import SaslAuthenticator
 from kafkakit.net.security import PLAINTEXT, SecurityConfig
 from kafkakit.protocol.build import make_request
-from kafkakit.protocol.framing import ApiKey, _reader, decode_response, encode_request
+from kafkakit.protocol.framing import ApiKey, _reader, decode_response, encode_request_chunks
 from kafkakit.protocol.versions import CLIENT_API_VERSIONS, pick_version
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 
@@ -287,15 +287,17 @@ class BrokerConnection:
             raise KafkaConnectionError(f"connection to {self.host}:{self.port} is closed") from self._close_reason
         correlation_id = self._next_correlation_id
         self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
-        frame = encode_request(correlation_id, self.client_id, request)
+        chunks = encode_request_chunks(correlation_id, self.client_id, request)
         future: asyncio.Future[Any] | None = None
         if expect_response:
             future = asyncio.get_running_loop().create_future()
             self._pending[correlation_id] = _Pending(type(request).__api_key__, type(request).__version__, future, raw)
         if self._held is not None and not bypass_hold:
-            self._held.append(frame)
+            self._held.extend(chunks)
         else:
-            self._writer.write(frame)
+            write = self._writer.write
+            for chunk in chunks:  # a record batch goes out as its own chunk: no copy into a frame buffer
+                write(chunk)
         return future
 
     async def send(self, request: Any, *, expect_response: bool = True, raw: bool = False, timeout: float | None = None) -> Any:
