@@ -25,13 +25,11 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from itertools import accumulate, repeat
-from operator import add
 from time import time_ns as _time_ns
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-from kafkakit.cluster import Cluster, parse_bootstrap
-from kafkakit.config import check_int as _check_int
+from kafkakit.cluster import Cluster
 from kafkakit.errors import (
     IllegalStateError,
     KafkaConfigError,
@@ -50,11 +48,19 @@ from kafkakit.producer.accumulator import (
 )
 from kafkakit.producer.idempotence import ProducerIdentity
 from kafkakit.producer.partitioner import Partitioner, StickyPartitions, murmur2
-from kafkakit.producer.record_input import as_bytes, bytes_list, check_acks, check_headers, lengths
+from kafkakit.producer.record_input import (
+    BULK_RECORD_OVERHEAD,
+    as_bytes,
+    bulk_record_sizes,
+    bytes_list,
+    check_headers,
+    encode_bulk_chunk,
+)
 from kafkakit.producer.send_batch_result import SendBatchFuture, SendBatchResult
 from kafkakit.producer.sender import Sender
+from kafkakit.producer.settings import check_settings
 from kafkakit.producer.transactions import TransactionHandle, TransactionManager, TransactionState
-from kafkakit.records import Compression, encode_batch, encode_values
+from kafkakit.records import Compression
 from kafkakit.structs import Header, OffsetAndMetadata, RecordMetadata, TopicPartition
 
 _new_object = object.__new__
@@ -64,12 +70,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Producer", "RecordFuture", "SendBatchFuture", "SendBatchResult", "TransactionHandle"]
 
-#: The broker keeps the last five batches per producer and partition for deduplication.
-_MAX_IDEMPOTENT_IN_FLIGHT = 5
-
-#: Upper bound of a bulk record's overhead: length(3) attributes(1) timestampDelta(1)
-#: offsetDelta(4) keyLength(3) valueLength(3) headerCount(1) plus slack.
-_BULK_RECORD_OVERHEAD = 18
 #: Room left in a bulk batch for the Produce request around it.
 _REQUEST_OVERHEAD = 512
 
@@ -155,59 +155,25 @@ class Producer:
         sasl_oauth_token_provider: OAuthTokenProvider | None = None,
         sasl_oauth_extensions: Mapping[str, str] | None = None,
     ) -> None:
-        parse_bootstrap(bootstrap_servers)  # raises KafkaConfigError("bootstrap_servers", ...)
-        if not isinstance(client_id, str) or not client_id:
-            raise KafkaConfigError("client_id", f"must be a non-empty string, not {client_id!r}")
-        if enable_idempotence is not None and not isinstance(enable_idempotence, bool):
-            raise KafkaConfigError("enable_idempotence", f"must be a bool or None, not {enable_idempotence!r}")
-        if transactional_id is not None:
-            if not isinstance(transactional_id, str) or not transactional_id:
-                raise KafkaConfigError(
-                    "transactional_id", f"must be a non-empty string or None, not {transactional_id!r}"
-                )
-            enable_idempotence = True  # transactions are built on idempotence
-        _check_int("transaction_timeout_ms", transaction_timeout_ms, 1)
-        if enable_idempotence is None:
-            # As in modern Kafka clients: on with acks="all" unless a setting conflicts.
-            enable_idempotence = (
-                acks in ("all", -1) and max_in_flight_requests_per_connection <= _MAX_IDEMPOTENT_IN_FLIGHT
-            )
-        if acks is None:
-            acks = "all" if enable_idempotence else 1
-        self._acks = check_acks(acks)
-        if enable_idempotence and self._acks != -1:
-            raise KafkaConfigError(
-                "acks", f"must be 'all' (-1) with enable_idempotence or transactional_id, got {acks!r}"
-            )
-        _check_int("linger_ms", linger_ms, 0)
-        _check_int("max_batch_size", max_batch_size, 1)
-        _check_int("max_request_size", max_request_size, 1)
-        _check_int("buffer_memory", buffer_memory, 1)
-        _check_int("request_timeout_ms", request_timeout_ms, 1)
-        _check_int("delivery_timeout_ms", delivery_timeout_ms, 1)
-        _check_int("retry_backoff_ms", retry_backoff_ms, 0)
-        _check_int("metadata_max_age_ms", metadata_max_age_ms, 0)
-        _check_int("max_in_flight_requests_per_connection", max_in_flight_requests_per_connection, 1)
-        if enable_idempotence and max_in_flight_requests_per_connection > _MAX_IDEMPOTENT_IN_FLIGHT:
-            raise KafkaConfigError(
-                "max_in_flight_requests_per_connection",
-                f"must be at most {_MAX_IDEMPOTENT_IN_FLIGHT} with idempotence, got {max_in_flight_requests_per_connection}",
-            )
-        if delivery_timeout_ms < linger_ms + request_timeout_ms:
-            raise KafkaConfigError(
-                "delivery_timeout_ms",
-                f"must be at least linger_ms + request_timeout_ms ({linger_ms + request_timeout_ms}), got {delivery_timeout_ms}",
-            )
-        self._compression = Compression.from_name(
-            compression_type
-        )  # KafkaConfigError("compression_type", ...)
-        for name, fn in (
-            ("key_serializer", key_serializer),
-            ("value_serializer", value_serializer),
-            ("partitioner", partitioner),
-        ):
-            if fn is not None and not callable(fn):
-                raise KafkaConfigError(name, f"must be callable, not {type(fn).__name__}")
+        enable_idempotence, self._acks = check_settings(
+            bootstrap_servers=bootstrap_servers,
+            client_id=client_id,
+            acks=acks,
+            enable_idempotence=enable_idempotence,
+            transactional_id=transactional_id,
+            transaction_timeout_ms=transaction_timeout_ms,
+            linger_ms=linger_ms,
+            max_batch_size=max_batch_size,
+            max_request_size=max_request_size,
+            buffer_memory=buffer_memory,
+            request_timeout_ms=request_timeout_ms,
+            delivery_timeout_ms=delivery_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+            metadata_max_age_ms=metadata_max_age_ms,
+            max_in_flight_requests_per_connection=max_in_flight_requests_per_connection,
+            callables={"key_serializer": key_serializer, "value_serializer": value_serializer, "partitioner": partitioner},
+        )
+        self._compression = Compression.from_name(compression_type)  # KafkaConfigError("compression_type", ...)
 
         self.client_id = client_id
         self._max_batch_size = max_batch_size
@@ -715,26 +681,15 @@ class Producer:
         state = self._topics.get(topic)
         if state is None:
             state = await self._topic_state(topic)
-        sizes = self._record_sizes(values, keys, header_sizes)
+        sizes = bulk_record_sizes(values, keys, header_sizes)
         largest = max(sizes)
-        if largest - _BULK_RECORD_OVERHEAD + RECORD_OVERHEAD > self._max_record_size:
+        if largest - BULK_RECORD_OVERHEAD + RECORD_OVERHEAD > self._max_record_size:
             raise self._too_large(largest)
         for pq, positions in self._bulk_routes(topic, state, keys, partition, count):
             await self._enqueue_chunks(
                 topic, state, pq, positions, values, keys, header_lists, sizes, timestamp_ms, result
             )
         return result
-
-    def _record_sizes(
-        self, values: list[bytes | None], keys: list[bytes | None] | None, header_sizes: list[int] | None
-    ) -> list[int]:
-        # map/accumulate keep these loops in C: send_batch is the million-record path.
-        sizes = list(map(add, lengths(values), repeat(_BULK_RECORD_OVERHEAD, len(values))))
-        if keys is not None:
-            sizes = list(map(add, sizes, lengths(keys)))
-        if header_sizes is not None:
-            sizes = list(map(add, sizes, header_sizes))
-        return sizes
 
     def _bulk_routes(
         self,
@@ -801,7 +756,7 @@ class Producer:
             base = ends[start - 1] if start else 0
             stop = max(bisect.bisect_right(ends, base + limit, lo=start), start + 1)
             index: range | list[int] = range(start, stop) if selected is None else selected[start:stop]
-            data = self._encode_bulk(index, values, keys, header_lists, timestamp_ms)
+            data = encode_bulk_chunk(index, values, keys, header_lists, timestamp_ms, self._compression)
             size = ends[stop - 1] - base + BATCH_HEADER_SIZE
             reserved = min(size, self._buffer_memory)
             await self._acc.reserve(reserved)
@@ -814,34 +769,3 @@ class Producer:
         partition = self._sticky.next(topic, state.all_partitions, state.available, state.sticky)
         state.sticky = partition
         return state.queues[partition]
-
-    def _encode_bulk(
-        self,
-        index: range | list[int],
-        values: list[bytes | None],
-        keys: list[bytes | None] | None,
-        header_lists: list[Sequence[Header]] | None,
-        timestamp_ms: int,
-    ) -> bytes:
-        if isinstance(index, range) and index.step == 1:
-            chunk_values = values[index.start : index.stop]
-            chunk_keys = keys[index.start : index.stop] if keys is not None else None
-            chunk_headers = header_lists[index.start : index.stop] if header_lists is not None else None
-        else:
-            chunk_values = [values[i] for i in index]
-            chunk_keys = [keys[i] for i in index] if keys is not None else None
-            chunk_headers = [header_lists[i] for i in index] if header_lists is not None else None
-        if chunk_headers is None and None not in chunk_values:
-            return encode_values(chunk_values, chunk_keys, timestamp_ms, self._compression)  # type: ignore[arg-type]
-        return encode_batch(
-            [
-                (
-                    chunk_keys[j] if chunk_keys is not None else None,
-                    v,
-                    timestamp_ms,
-                    chunk_headers[j] if chunk_headers is not None else (),
-                )
-                for j, v in enumerate(chunk_values)
-            ],
-            compression=self._compression,
-        )

@@ -8,10 +8,17 @@ for a record field).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
+from operator import add
 from typing import Any
 
 from kafkakit.errors import KafkaConfigError
+from kafkakit.records import encode_batch, encode_values
 from kafkakit.structs import Header
+
+#: Upper bound of a bulk record's overhead: length(3) attributes(1) timestampDelta(1)
+#: offsetDelta(4) keyLength(3) valueLength(3) headerCount(1) plus slack.
+BULK_RECORD_OVERHEAD = 18
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 _BYTES_OR_NONE = {bytes, type(None)}
@@ -66,3 +73,49 @@ def check_headers(headers: Sequence[Header]) -> tuple[list[Header], int]:
         name_size = len(name) if name.isascii() else len(name.encode("utf-8"))
         size += name_size + (len(value) if value is not None else 0) + 6
     return checked, size
+
+
+def bulk_record_sizes(
+    values: list[bytes | None], keys: list[bytes | None] | None, header_sizes: list[int] | None
+) -> list[int]:
+    """Upper bounds of each send_batch record's size in a batch."""
+    # map/accumulate keep these loops in C: send_batch is the million-record path.
+    sizes = list(map(add, lengths(values), repeat(BULK_RECORD_OVERHEAD, len(values))))
+    if keys is not None:
+        sizes = list(map(add, sizes, lengths(keys)))
+    if header_sizes is not None:
+        sizes = list(map(add, sizes, header_sizes))
+    return sizes
+
+
+def encode_bulk_chunk(
+    index: range | list[int],
+    values: list[bytes | None],
+    keys: list[bytes | None] | None,
+    header_lists: list[Sequence[Header]] | None,
+    timestamp_ms: int,
+    compression: int,
+) -> bytes:
+    """One batch of send_batch's records (those at ``index``), all with one timestamp."""
+    if isinstance(index, range) and index.step == 1:
+        chunk_values = values[index.start : index.stop]
+        chunk_keys = keys[index.start : index.stop] if keys is not None else None
+        chunk_headers = header_lists[index.start : index.stop] if header_lists is not None else None
+    else:
+        chunk_values = [values[i] for i in index]
+        chunk_keys = [keys[i] for i in index] if keys is not None else None
+        chunk_headers = [header_lists[i] for i in index] if header_lists is not None else None
+    if chunk_headers is None and None not in chunk_values:
+        return encode_values(chunk_values, chunk_keys, timestamp_ms, compression)  # type: ignore[arg-type]
+    return encode_batch(
+        [
+            (
+                chunk_keys[j] if chunk_keys is not None else None,
+                v,
+                timestamp_ms,
+                chunk_headers[j] if chunk_headers is not None else (),
+            )
+            for j, v in enumerate(chunk_values)
+        ],
+        compression=compression,
+    )
