@@ -165,3 +165,20 @@ async def test_records_of_mixed_shapes_in_one_batch_round_trip(
             for records in (await consumer.getmany(timeout_ms=2000)).values():
                 got.extend((r.key, r.value, list(r.headers) or None) for r in records)
     assert got == [(k, v, list(h) if h else None) for k, v, h in sent]
+
+
+async def test_gathering_a_large_batch_keeps_the_collector_on(producer: Producer, topic: str) -> None:
+    """A batch completing with thousands of gathered futures runs their callbacks with the collector
+    paused (consumer-style GC policy); it must come back enabled, with every result right."""
+    import gc
+
+    futures = [await producer.send(topic, b"%d" % i, partition=0) for i in range(3000)]
+    results = await asyncio.gather(*futures)
+    assert gc.isenabled()
+    assert [r.offset for r in results] == list(range(3000))
+    gc.disable()
+    try:  # an application that disabled the collector keeps it disabled
+        more = await asyncio.gather(*[await producer.send(topic, b"x", partition=0) for _ in range(2000)])
+        assert not gc.isenabled() and more[-1].offset == 4999
+    finally:
+        gc.enable()

@@ -23,6 +23,7 @@ from typing import Any
 
 from kafkakit.errors import KafkaError, KafkaTimeoutError
 from kafkakit.records import Compression, encode_flat_batch
+from kafkakit.records.gcpolicy import gc_paused
 from kafkakit.structs import RecordMetadata, TopicPartition
 
 #: What a batch future resolves to: (base offset, log append time or -1, log start offset).
@@ -96,6 +97,13 @@ class ProducerBatch:
 
     def _fan_out(self, _future: asyncio.Future[BatchResult]) -> None:
         waiters, self.waiters = self.waiters or [], None
+        # The callbacks (asyncio.gather's) build a RecordMetadata per record once the last
+        # batch of a gather completes: the same policy as a large consumer decode applies.
+        with gc_paused(len(waiters)):
+            self._call_waiters(waiters)
+
+    @staticmethod
+    def _call_waiters(waiters: list[RecordFuture]) -> None:
         for record in waiters:
             # Inlined for the common case, one callback without a context (asyncio.gather's).
             state = record._state
