@@ -49,6 +49,8 @@ PRODUCERS = [
 #: synchronous clients).
 GATHER_CHUNK = 10_000
 CONSUMERS = ["kafkakit", "aiokafka", "kafka-python", "confluent"]
+#: "-iter" consumers read with ``async for record in consumer``, the loop most applications write.
+ITER_CONSUMERS = ["kafkakit-iter", "aiokafka-iter"]
 
 
 # --------------------------------------------------------------------------- workers
@@ -247,6 +249,43 @@ async def _consume_aiokafka(bootstrap: str, topic: str, n: int) -> float:
         await consumer.stop()
 
 
+async def _consume_kafkakit_iter(bootstrap: str, topic: str, n: int) -> float:
+    """``async for record in consumer`` (kafkakit)."""
+    from kafkakit import Consumer, TopicPartition
+
+    tp = TopicPartition(topic, 0)
+    async with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", max_partition_fetch_bytes=8 << 20, fetch_max_bytes=64 << 20) as consumer:
+        consumer.assign([tp])
+        return await _iterate(consumer, n)
+
+
+async def _consume_aiokafka_iter(bootstrap: str, topic: str, n: int) -> float:
+    """``async for record in consumer`` (aiokafka)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    tp = TopicPartition(topic, 0)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False, max_partition_fetch_bytes=8 << 20, fetch_max_bytes=64 << 20)
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        return await _iterate(consumer, n)
+    finally:
+        await consumer.stop()
+
+
+async def _iterate(consumer: Any, n: int) -> float:
+    start = time.perf_counter()
+    seen = 0
+    total = 0
+    async for record in consumer:
+        total += len(record.value)  # touch every record, as an application would
+        seen += 1
+        if seen == n:
+            break
+    return time.perf_counter() - start
+
+
 def _consume_kafka_python(bootstrap: str, topic: str, n: int) -> float:
     from kafka import KafkaConsumer, TopicPartition
 
@@ -324,6 +363,10 @@ def run_worker(spec: dict[str, object]) -> float:
             return _consume_kafka_python(bootstrap, topic, n)
         if client == "confluent":
             return _consume_confluent(bootstrap, topic, n)
+        if client == "kafkakit-iter":
+            return asyncio.run(_consume_kafkakit_iter(bootstrap, topic, n))
+        if client == "aiokafka-iter":
+            return asyncio.run(_consume_aiokafka_iter(bootstrap, topic, n))
     raise SystemExit(f"unknown worker {role}/{client}")
 
 

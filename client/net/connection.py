@@ -26,6 +26,7 @@ from kafkakit.errors import (
     SSLVerificationError,
     UnsupportedVersionError,
 )
+from kafkakit.net.frames import FrameError, FrameProtocol
 from kafkakit.net.sasl import SaslAuthenticator
 from kafkakit.net.security import PLAINTEXT, SecurityConfig
 from kafkakit.protocol.build import make_request
@@ -35,7 +36,6 @@ from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersio
 
 log = logging.getLogger(__name__)
 
-_SIZE = struct.Struct(">i")
 #: TLS alerts by which a broker refuses the client's certificate (or its absence): not worth a retry.
 _PEER_REFUSED_ALERTS = frozenset(
     {
@@ -50,7 +50,6 @@ _PEER_REFUSED_ALERTS = frozenset(
 )
 _CORRELATION = struct.Struct(">i")
 _UNSUPPORTED_VERSION = 35
-_MAX_RESPONSE_BYTES = 1 << 31  # a sanity bound: a larger size means a broken stream
 # Re-authenticate at a random point in this share of the session lifetime, as the Java client
 # does, so that a client's connections do not all re-authenticate at once.
 _REAUTH_WINDOW = (0.85, 0.95)
@@ -94,9 +93,8 @@ class BrokerConnection:
         self.broker_api_versions: dict[int, tuple[int, int]] = {}
         self.finalized_features: dict[str, int] = {}
         self._on_close = on_close
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._read_task: asyncio.Task[None] | None = None
+        self._protocol: FrameProtocol | None = None
+        self._transport: asyncio.Transport | None = None
         self._pending: dict[int, _Pending] = {}
         self._next_correlation_id = 0
         self._closed = False
@@ -118,12 +116,11 @@ class BrokerConnection:
 
     @property
     def connected(self) -> bool:
-        return self._writer is not None and not self._closed
+        return self._transport is not None and not self._closed
 
     async def connect(self) -> None:
         """Open the socket (TLS when configured), negotiate API versions, then authenticate (SASL)."""
         await self._open_socket()
-        self._read_task = asyncio.create_task(self._read_loop(), name=f"kafkakit-read-{self.host}:{self.port}")
         try:
             await self._negotiate_versions()
             if self._authenticator is not None:
@@ -140,14 +137,16 @@ class BrokerConnection:
         where = f"{self.host}:{self.port}"
         try:
             async with asyncio.timeout(self.connect_timeout):
-                self._reader, self._writer = await asyncio.open_connection(
+                transport, self._protocol = await asyncio.get_running_loop().create_connection(
+                    lambda: FrameProtocol(self._dispatch, self._connection_lost),
                     self.host,
                     self.port,
-                    limit=1 << 20,
                     ssl=tls,
                     server_hostname=self.host if tls is not None else None,
                     ssl_handshake_timeout=self.connect_timeout if tls is not None else None,
                 )
+                assert isinstance(transport, asyncio.Transport)
+                self._transport = transport
         except ssl.SSLCertVerificationError as exc:
             self._closed = True
             raise SSLVerificationError(
@@ -248,8 +247,8 @@ class BrokerConnection:
             return
         finally:
             held, self._held = self._held, None
-            if held and not self._closed and self._writer is not None:
-                self._writer.write(b"".join(held))
+            if held and not self._closed and self._transport is not None:
+                self._transport.write(b"".join(held))
         self.reauthentications += 1
         self._session_started(lifetime_ms)
 
@@ -283,7 +282,7 @@ class BrokerConnection:
         each; with ``expect_response=False`` (acks=0 produce) returns None.
         ``raw=True`` resolves the future with the undecoded response frame body.
         """
-        if self._closed or self._writer is None:
+        if self._closed or self._transport is None:
             raise KafkaConnectionError(f"connection to {self.host}:{self.port} is closed") from self._close_reason
         correlation_id = self._next_correlation_id
         self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
@@ -295,7 +294,7 @@ class BrokerConnection:
         if self._held is not None and not bypass_hold:
             self._held.extend(chunks)
         else:
-            write = self._writer.write
+            write = self._transport.write
             for chunk in chunks:  # a record batch goes out as its own chunk: no copy into a frame buffer
                 write(chunk)
         return future
@@ -303,9 +302,9 @@ class BrokerConnection:
     async def send(self, request: Any, *, expect_response: bool = True, raw: bool = False, timeout: float | None = None) -> Any:
         """Send ``request`` and wait for its response (None when no response is expected)."""
         future = self.send_frame(request, expect_response=expect_response, raw=raw)
-        assert self._writer is not None
-        if self._writer.transport.get_write_buffer_size() > 1 << 20:
-            await self._writer.drain()
+        assert self._transport is not None and self._protocol is not None
+        if self._transport.get_write_buffer_size() > 1 << 20:
+            await self._protocol.drain()
         if future is None:
             return None
         wait = self.request_timeout if timeout is None else timeout
@@ -319,33 +318,23 @@ class BrokerConnection:
             self._fail(error)
             raise error from None
 
-    async def _read_loop(self) -> None:
-        assert self._reader is not None
-        reader = self._reader
-        try:
-            while True:
-                size_bytes = await reader.readexactly(4)
-                (size,) = _SIZE.unpack(size_bytes)
-                if size < 4 or size > _MAX_RESPONSE_BYTES:
-                    raise KafkaConnectionError(f"invalid response size {size}")
-                body = await reader.readexactly(size)
-                self._dispatch(body)
-        except ssl.SSLError as exc:
+    def _connection_lost(self, exc: BaseException | None) -> None:
+        """The socket closed, failed, or sent something that is not a frame: fail what waits on it."""
+        if isinstance(exc, ssl.SSLError):
             # TLS 1.3 sends the server's verdict on our certificate after the handshake.
             refused = exc.reason in _PEER_REFUSED_ALERTS
             self._fail(self._tls_refused(exc) if refused else KafkaConnectionError(f"TLS error from {self.host}:{self.port}: {exc!r}"))
-        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
-            self._fail(KafkaConnectionError(f"connection to {self.host}:{self.port} lost: {exc!r}"))
-        except KafkaConnectionError as exc:
+        elif isinstance(exc, KafkaConnectionError):
             self._fail(exc)
-        except asyncio.CancelledError:
-            self._fail(KafkaConnectionError("connection closed"))
-            raise
-        except Exception as exc:  # a decoding bug must not leave callers hanging
-            log.exception("error reading from %s:%s", self.host, self.port)
+        elif exc is None or isinstance(exc, ConnectionError | OSError):
+            self._fail(KafkaConnectionError(f"connection to {self.host}:{self.port} lost: {exc!r}"))
+        else:  # an invalid frame, or a decoding bug: callers must not hang
+            if not isinstance(exc, FrameError):
+                log.error("error reading from %s:%s", self.host, self.port, exc_info=exc)
             self._fail(KafkaConnectionError(f"error reading from {self.host}:{self.port}: {exc!r}"))
 
-    def _dispatch(self, body: bytes) -> None:
+    def _dispatch(self, body: memoryview) -> None:
+        """One response frame (a view of the receive buffer, valid during this call only)."""
         (correlation_id,) = _CORRELATION.unpack_from(body, 0)
         pending = self._pending.pop(correlation_id, None)
         if pending is None:
@@ -353,7 +342,7 @@ class BrokerConnection:
         if pending.future.done():
             return
         if pending.raw:
-            pending.future.set_result(body)
+            pending.future.set_result(bytes(body))
             return
         try:
             _, response = decode_response(pending.api_key, pending.version, body)
@@ -381,26 +370,23 @@ class BrokerConnection:
             if not item.future.done():
                 item.future.set_exception(error)
                 item.future.exception()  # mark retrieved: callers may have given up waiting
-        if self._writer is not None:
-            self._writer.close()
+        if self._transport is not None:
+            self._transport.close()
         if self._on_close is not None:
             self._on_close(self)
 
     async def close(self) -> None:
         """Close the socket and fail pending requests."""
         self._fail(KafkaConnectionError("connection closed"))
-        for task in (self._read_task, self._reauth_task):
-            if task is not None and not task.done() and task is not asyncio.current_task():
-                task.cancel()
-                try:
-                    await task
-                except (asyncio.CancelledError, Exception):
-                    pass
-        if self._writer is not None:
+        task = self._reauth_task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()
             try:
-                await self._writer.wait_closed()
-            except (OSError, ConnectionError):
+                await task
+            except (asyncio.CancelledError, Exception):
                 pass
+        if self._protocol is not None:
+            await asyncio.shield(self._protocol.closed)
 
 
 class _ApiVersionsFallback(Exception):
