@@ -53,7 +53,7 @@ if TYPE_CHECKING:
         UserScramCredentialUpsertion,
     )
     from kafkakit.admin import Admin
-    from kafkakit.consumer import Consumer, ConsumerRebalanceListener
+    from kafkakit.consumer import Consumer, ConsumerRebalanceListener, FetchedRange
     from kafkakit.producer import Producer, TransactionHandle, complete_transaction
     from kafkakit.security.oauthbearer import OAuthBearerToken
     from kafkakit.security.tls import create_ssl_context
@@ -88,6 +88,7 @@ __all__ = [
     "Consumer",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
+    "FetchedRange",
     "KafkaConfigError",
     "KafkaConnectionError",
     "KafkaError",
@@ -121,6 +122,7 @@ _LAZY = {
     "complete_transaction": "kafkakit.producer",
     "Consumer": "kafkakit.consumer",
     "ConsumerRebalanceListener": "kafkakit.consumer",
+    "FetchedRange": "kafkakit.consumer",
     "Admin": "kafkakit.admin",
 }
 

@@ -3,6 +3,7 @@
 from .consumer import Consumer
 from .fetcher import NoOffsetForPartitionError
 from .group import GroupMetadata
+from .range_reader import FetchedRange
 from .subscription import ConsumerRebalanceListener
 
-__all__ = ["Consumer", "ConsumerRebalanceListener", "GroupMetadata", "NoOffsetForPartitionError"]
+__all__ = ["Consumer", "ConsumerRebalanceListener", "FetchedRange", "GroupMetadata", "NoOffsetForPartitionError"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 import ssl
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from types import TracebackType
 from typing import Any, TypeAlias
 
@@ -31,6 +31,7 @@ from .assignors import CooperativeStickyAssignor, RangeAssignor
 from .fetcher import Deserializer, Fetcher, FetcherConfig, PartitionState
 from .group import GroupConfig, GroupCoordinator, GroupMetadata, check_assignors
 from .offsets import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED, list_offsets
+from .range_reader import FetchedRange, RangeSettings, read_range
 from .subscription import ConsumerRebalanceListener, SubscriptionState
 
 Record: TypeAlias = ConsumerRecord[Any, Any]
@@ -193,6 +194,15 @@ class Consumer:
                 key_deserializer=_check_deserializer("key_deserializer", key_deserializer),
                 value_deserializer=_check_deserializer("value_deserializer", value_deserializer),
             ),
+        )
+        self._range_settings = RangeSettings(
+            isolation_level=self._isolation_level,
+            max_wait_ms=fetch_max_wait_ms,
+            max_bytes=fetch_max_bytes,
+            partition_max_bytes=max_partition_fetch_bytes,
+            check_crcs=bool(check_crcs),
+            request_timeout=request_timeout_ms / 1000,
+            retry_backoff=retry_backoff_ms / 1000,
         )
         self._subscription = SubscriptionState()
         self._group: GroupCoordinator | None = None
@@ -539,6 +549,26 @@ class Consumer:
         }
 
     # -- flow control ------------------------------------------------------
+
+    def fetch_range(
+        self, partition: TopicPartition, start: int, end: int, *, wait_timeout_ms: int = 120000
+    ) -> AsyncIterator[FetchedRange]:
+        """The records of ``partition`` with offsets in ``[start, end)``, one Fetch response at a time.
+
+        For readers that know their range (batch jobs, the Spark source): the
+        fetches go straight to the leader, apart from this consumer's assignment,
+        positions and prefetching, with the next request sent before each
+        :class:`FetchedRange` is handed out. Each piece decodes as records
+        (``piece.records()``) or numpy columns (``piece.columns()``), filtered by
+        this consumer's ``isolation_level``. Offsets without visible records
+        (markers, aborted or compacted records) are skipped. Raises
+        OffsetOutOfRangeError when the range starts outside the log, and
+        KafkaTimeoutError when no progress is possible for ``wait_timeout_ms``.
+        """
+        self._check_running()
+        if start < 0 or end < start:
+            raise ValueError(f"fetch_range needs 0 <= start <= end, got [{start}, {end})")
+        return read_range(self._cluster, self._range_settings, partition, start, end, wait_timeout_ms / 1000)
 
     def pause(self, *partitions: TopicPartition) -> None:
         """Stop returning and fetching records of ``partitions`` (buffered ones are kept)."""

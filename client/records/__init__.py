@@ -6,6 +6,7 @@ hand-written for speed instead of using ``kio.records``, which builds a
 datetime object per record and supports no compression.
 """
 
+from .columns import RecordColumns, decode_record_columns
 from .compression import XERIAL_MAGIC, Compression, compress, decompress
 from .decoder import (
     RawRecord,
@@ -37,6 +38,7 @@ from .header import (
     verify_crc,
     write_crc,
 )
+from .visibility import visible_batches
 
 __all__ = [
     "CONTROL_ABORT",
@@ -48,6 +50,7 @@ __all__ = [
     "BatchHeader",
     "Compression",
     "RawRecord",
+    "RecordColumns",
     "RecordTuple",
     "build_control_batch",
     "compress",
@@ -55,6 +58,7 @@ __all__ = [
     "decode_batch_list",
     "decode_batches",
     "decode_raw_records",
+    "decode_record_columns",
     "decompress",
     "encode_batch",
     "encode_flat_batch",
@@ -66,5 +70,6 @@ __all__ = [
     "set_base_offset",
     "set_log_append_time",
     "verify_crc",
+    "visible_batches",
     "write_crc",
 ]
