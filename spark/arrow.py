@@ -1,32 +1,24 @@
 """Kafka record batches straight to Arrow: the source's hot path.
 
-A Fetch response's records are decoded column-wise: the record layout is
-parsed with the consumer's vectorised decoder (:mod:`kafkakit.records.fastdecode`,
-which finds every field of every record with numpy) and the Arrow buffers are
-then filled from those positions, so no Python object is made per record (the
-keys and values are copied out of the response with numpy, the offsets and
-timestamps are numpy columns).  Inputs the fast path declines (an odd layout)
-go through the reference decoder and are converted record by record.
+kafkakit decodes a Fetch response's records as numpy columns
+(:meth:`kafkakit.FetchedRange.columns`: every field of every record found with
+numpy, keys and values left in one payload buffer); this module fills the Arrow
+buffers from those positions, so no Python object is made per record (keys and
+values are copied out with numpy, offsets and timestamps are numpy columns).
 
-Which batches are read follows the consumer (read_committed): control batches
-are skipped, and the data batches of aborted transactions are dropped using
-the Fetch response's aborted-transaction list.
+Which batches are read follows the consumer (read_committed filtering in
+:func:`kafkakit.records.visible_batches`).
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 from kafkakit.errors import CorruptRecordError
-from kafkakit.records import BatchHeader, decode_batch_list, decompress, read_control_type, verify_crc
-from kafkakit.records.decoder import read_headers
-from kafkakit.records.fastdecode import Section, decode_columns
-from kafkakit.records.header import CODEC_MASK, HEADER_SIZE, LOG_OVERHEAD, TIMESTAMP_TYPE_MASK
+from kafkakit.records import BatchHeader, RecordColumns, decode_record_columns
 
 IntArray = npt.NDArray[np.int64]
 
@@ -53,44 +45,6 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
-def select_batches(
-    data: bytes,
-    batches: Sequence[tuple[int, BatchHeader]],
-    aborted: list[tuple[int, int]] | None,
-    start: int,
-    end: int,
-    *,
-    check_crcs: bool,
-    where: str,
-) -> list[tuple[int, BatchHeader]]:
-    """The data batches of ``data`` holding records in ``[start, end)`` that a reader may see.
-
-    ``aborted`` is the sorted (producer id, first offset) list of a
-    read_committed Fetch: a producer's batches are dropped from its aborted
-    transaction's first offset until that transaction's ABORT marker, as the
-    Java consumer does.
-    """
-    pending = deque(aborted or ())
-    aborted_producers: set[int] = set()
-    out: list[tuple[int, BatchHeader]] = []
-    for pos, header in batches:
-        last = header.base_offset + header.last_offset_delta
-        while pending and pending[0][1] <= last:
-            aborted_producers.add(pending.popleft()[0])
-        if header.is_control:
-            if header.producer_id in aborted_producers and read_control_type(data, pos, header) == 0:
-                aborted_producers.discard(header.producer_id)
-            continue
-        if last < start or header.base_offset >= end:
-            continue
-        if header.is_transactional and header.producer_id in aborted_producers:
-            continue
-        if check_crcs and not verify_crc(data, pos, header):
-            raise CorruptRecordError(f"CRC mismatch in the batch at offset {header.base_offset} of {where}")
-        out.append((pos, header))
-    return out
-
-
 def to_record_batch(
     data: bytes,
     batches: list[tuple[int, BatchHeader]],
@@ -100,60 +54,28 @@ def to_record_batch(
     end: int,
     include_headers: bool,
 ) -> pa.RecordBatch:
-    """The records of ``batches`` (already selected) with offsets in ``[start, end)`` as Arrow."""
-    sections = [_section(data, pos, header) for pos, header in batches]
-    sections = [s for s in sections if s.record_count > 0]
-    columns = _fast_columns(sections, topic, partition, start, end, include_headers) if sections else None
-    if columns is None:
-        columns = _slow_columns(data, batches, topic, partition, start, end, include_headers)
-    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))
+    """The records of ``batches`` (selected with :func:`kafkakit.records.visible_batches`) in ``[start, end)``."""
+    columns = decode_record_columns(data, batches).between(start, end)
+    return columns_to_record_batch(columns, topic, partition, include_headers)
 
 
-def _section(data: bytes, pos: int, header: BatchHeader) -> Section:
-    first = pos + HEADER_SIZE
-    stop = pos + header.batch_length + LOG_OVERHEAD
-    codec = header.attributes & CODEC_MASK
-    if codec:
-        data = decompress(codec, data[first:stop])
-        first, stop = 0, len(data)
-    log_append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
-    return Section(
-        data, first, stop, header.record_count, header.base_offset, header.base_timestamp, log_append_time
-    )
-
-
-def _fast_columns(
-    sections: list[Section], topic: str, partition: int, start: int, end: int, include_headers: bool
-) -> list[pa.Array] | None:
-    """Columns decoded with numpy; None when the vectorised parser declines the input."""
-    decoded = decode_columns(sections, read_headers)
-    if decoded is None:
-        return None
-    data, arr, fields = decoded
-    offsets = fields.offsets
-    keep = (offsets >= start) & (offsets < end)
-    index: IntArray | None = None if keep.all() else np.flatnonzero(keep)
-
-    def pick(column: IntArray) -> IntArray:
-        return column if index is None else column[index]
-
-    offsets = pick(offsets)
-    count = len(offsets)
-    columns = [
-        _binary(arr, pick(fields.key_starts), pick(fields.key_sizes)),
-        _binary(arr, pick(fields.value_starts), pick(fields.value_sizes)),
+def columns_to_record_batch(
+    columns: RecordColumns, topic: str, partition: int, include_headers: bool
+) -> pa.RecordBatch:
+    """Decoded records (kafkakit's numpy columns) as an Arrow batch of the source's schema."""
+    count = len(columns)
+    arrays = [
+        _binary(columns.payload, columns.key_starts, columns.key_sizes),
+        _binary(columns.payload, columns.value_starts, columns.value_sizes),
         _repeated_string(topic, count),
         pa.array(np.full(count, partition, np.int32)),
-        pa.array(offsets),
-        pa.array(pick(fields.timestamps) * 1000, _TIMESTAMP),
-        pa.array(pick(fields.timestamp_types).astype(np.int32)),
+        pa.array(columns.offsets),
+        pa.array(columns.timestamps * 1000, _TIMESTAMP),
+        pa.array(columns.timestamp_types.astype(np.int32)),
     ]
     if include_headers:
-        headers = fields.headers
-        if headers is not None and index is not None:
-            headers = [headers[i] for i in index.tolist()]
-        columns.append(_headers(headers, count))
-    return columns
+        arrays.append(_headers(columns.headers, count))
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
 
 
 def _binary(arr: npt.NDArray[np.uint8], starts: IntArray, sizes: IntArray) -> pa.Array:
@@ -241,32 +163,3 @@ def _headers(headers: Sequence[Sequence[tuple[str, bytes | None]]] | None, count
         return pa.ListArray.from_arrays(pa.array(np.zeros(count + 1, np.int32)), empty, type=HEADER_TYPE)
     rows = [[{"key": k, "value": v} for k, v in h] for h in headers]
     return pa.array(rows, HEADER_TYPE)
-
-
-def _slow_columns(
-    data: bytes,
-    batches: list[tuple[int, BatchHeader]],
-    topic: str,
-    partition: int,
-    start: int,
-    end: int,
-    include_headers: bool,
-) -> list[pa.Array]:
-    """Columns from the reference decoder (odd layouts only: a record at a time)."""
-    records = [
-        r
-        for r in decode_batch_list(data, batches, topic, partition, check_crc=False, min_offset=start)
-        if r.offset < end
-    ]
-    columns: list[Any] = [
-        pa.array([r.key for r in records], pa.binary()),
-        pa.array([r.value for r in records], pa.binary()),
-        _repeated_string(topic, len(records)),
-        pa.array(np.full(len(records), partition, np.int32)),
-        pa.array(np.array([r.offset for r in records], np.int64)),
-        pa.array(np.array([r.timestamp for r in records], np.int64) * 1000, _TIMESTAMP),
-        pa.array(np.array([r.timestamp_type for r in records], np.int32)),
-    ]
-    if include_headers:
-        columns.append(_headers([r.headers for r in records], len(records)))
-    return columns

@@ -307,7 +307,7 @@ def _recorder(seen: list[dict[str, Any]]) -> Callable[..., Any]:
 
 
 def _secured_kwargs(kwargs: dict[str, Any]) -> None:
-    if "security" in kwargs:  # Cluster and complete_transaction take a SecurityConfig
+    if "security" in kwargs:  # complete_transaction takes a SecurityConfig
         security = kwargs["security"]
         assert security.security_protocol == "SASL_SSL" and security.sasl_plain_username == "alice"
         assert isinstance(security.ssl_context, ssl.SSLContext)
@@ -326,7 +326,7 @@ def test_every_client_is_built_with_the_security_settings(certs: Certs, monkeypa
     record = _recorder(seen)
     for module, name in [(two_phase, "Admin"), (two_phase, "Consumer"), (two_phase, "Producer"),
                          (two_phase, "complete_transaction"), (sink, "Producer"), (source, "Admin"),
-                         (source, "Consumer"), (reader, "Cluster")]:  # fmt: skip
+                         (source, "Consumer"), (reader, "Consumer")]:  # fmt: skip
         monkeypatch.setattr(module, name, record)
     handle: Any = object()
     attempts: list[Callable[[], Any]] = [
@@ -338,7 +338,7 @@ def test_every_client_is_built_with_the_security_settings(certs: Certs, monkeypa
         lambda: asyncio.run(two_phase._abort_one(tp, handle)),  # complete_transaction
         lambda: sink._write_at_least_once(cfg, iter(()), None, 0, 0),  # Producer
         lambda: asyncio.run(Planner(source_config)._clients()),  # Admin (then Consumer)
-        lambda: asyncio.run(reader._cluster_for(source_config.fetch)),  # Cluster
+        lambda: asyncio.run(reader._consumer_for(source_config.fetch)),  # Consumer
     ]
     for attempt in attempts:
         with pytest.raises(_Built):

@@ -14,8 +14,9 @@ from kafkakit.records import (
     encode_batch,
     iter_batch_headers,
     set_base_offset,
+    visible_batches,
 )
-from kafkakit.spark.arrow import arrow_schema, select_batches, to_record_batch
+from kafkakit.spark.arrow import arrow_schema, to_record_batch
 from kafkakit.spark.offsets import (
     OffsetRange,
     from_json,
@@ -135,7 +136,7 @@ def test_arrow_matches_the_reference_decoder(compression: str, uniform: bool) ->
     )
     headers = list(iter_batch_headers(data))
     start, end = 1050, 1260
-    selected = select_batches(data, headers, None, start, end, check_crcs=True, where="a-0")
+    selected = visible_batches(data, headers, None, start, end, check_crcs=True, where="a-0")
     batch = to_record_batch(data, selected, "a", 0, start, end, include_headers=True)
     assert batch.schema == arrow_schema(True)
     expected = [r for r in decode_batches(data, "a", 0) if start <= r.offset < end]
@@ -165,10 +166,10 @@ def test_aborted_batches_and_markers_are_skipped() -> None:
     plain = encode_batch(_records(2), base_offset=9)
     data = committed + commit + aborted + abort + plain
     headers = list(iter_batch_headers(data))
-    selected = select_batches(data, headers, [(pid, 4)], 0, 11, check_crcs=True, where="a-0")
+    selected = visible_batches(data, headers, [(pid, 4)], 0, 11, check_crcs=True, where="a-0")
     batch = to_record_batch(data, selected, "a", 0, 0, 11, include_headers=False)
     assert batch.column("offset").to_pylist() == [0, 1, 2, 9, 10]
-    uncommitted = select_batches(data, headers, None, 0, 11, check_crcs=True, where="a-0")
+    uncommitted = visible_batches(data, headers, None, 0, 11, check_crcs=True, where="a-0")
     assert to_record_batch(data, uncommitted, "a", 0, 0, 11, False).num_rows == 9
     assert json.loads(to_json({T0: 11})) == {"a": {"0": 11}}
 
@@ -254,21 +255,15 @@ def test_batch_and_stream_only_options() -> None:
     assert raised.value.setting == "endingOffsets"
 
 
-def test_offsets_below_log_start_are_data_loss_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kafkakit.spark import reader as reader_module
-    from kafkakit.spark.reader import DataLossError, FetchSettings, RangeReader, _Response
+def test_offsets_below_log_start_are_data_loss_only_when_asked() -> None:
+    from kafkakit.spark.reader import DataLossError, FetchSettings, RangeReader
 
-    async def bounds(settings: FetchSettings, tp: TopicPartition) -> tuple[int, int]:
-        return 100, 200
-
-    monkeypatch.setattr(reader_module, "_log_bounds", bounds)
     strict = RangeReader(FetchSettings("h:1"), T0, 50, 150)
     with pytest.raises(DataLossError, match="failOnDataLoss"):
-        strict._out_of_range(50)
+        strict.after_out_of_range(50, 100, 200)
+    with pytest.raises(DataLossError, match="past the end of the log"):
+        strict.after_out_of_range(250, 100, 200)
     lenient = RangeReader(FetchSettings("h:1", fail_on_data_loss=False), T0, 50, 150)
-    assert lenient._out_of_range(50) == 100  # skip the deleted records
-    assert lenient._out_of_range(250) == 150  # past the log's end: nothing left to read
-    # An empty answer: wait where nothing is visible yet, skip a gap that holds no records.
-    committed = RangeReader(FetchSettings("h:1"), T0, 0, 10)
-    assert committed._no_records(_Response(0, high_watermark=10, last_stable_offset=7), 7) == 7
-    assert committed._no_records(_Response(0, high_watermark=10, last_stable_offset=9), 7) == 9
+    assert lenient.after_out_of_range(50, 100, 200) == 100  # skip the deleted records
+    assert lenient.after_out_of_range(250, 100, 200) == 150  # past the log's end: nothing left to read
+    assert lenient.after_out_of_range(120, 100, 200) == 120  # in range again (a leader moved): read on
