@@ -214,6 +214,7 @@ class Consumer:
         self._started = False
         self._stopping = False
         self._closed = False
+        self._iterating: PartitionState | None = None  # async for: the partition of the last record
         if topics:
             self.subscribe(topics)
 
@@ -685,10 +686,24 @@ class Consumer:
         return self
 
     async def __anext__(self) -> Record:
+        # The rest of the piece getone() last decoded, record by record: no per-record
+        # drain() or coroutine. Each miss goes through getone() (errors, group checks).
+        state = self._iterating
+        if state is not None:
+            record = self._fetcher.next_decoded(state)
+            if record is not None:
+                if self._group is not None:
+                    self._group.polled()
+                return record
         try:
-            return await self.getone()
+            record = await self.getone()
         except ConsumerStoppedError:
             raise StopAsyncIteration from None
+        try:
+            self._iterating = self._fetcher.state(TopicPartition(record.topic, record.partition))
+        except KeyError:  # unassigned meanwhile
+            self._iterating = None
+        return record
 
 
 def _check_offsets(

@@ -432,6 +432,27 @@ class Fetcher:
             budget -= len(taken)
         return out
 
+    def next_decoded(self, state: PartitionState) -> Record | None:
+        """The next record of ``state``'s decoded piece, or None (used up, paused, unassigned or failed).
+
+        The ``async for`` path: one record at a time without drain()'s
+        bookkeeping; drain() decodes the next piece when this returns None.
+        """
+        chunks = state.chunks
+        if not chunks or state.paused or state.error is not None or self._states.get(state.tp) is not state:
+            return None
+        chunk = chunks[0]
+        records = chunk.records
+        index = chunk.index
+        if index >= len(records):
+            return None
+        record = records[index]
+        chunk.index = index = index + 1
+        state.position = record.offset + 1
+        if index == len(records) and chunk.next_batch == len(chunk.batches):
+            self._finish_chunk(state)
+        return record
+
     def _finish_chunk(self, state: PartitionState) -> None:
         """Drop the fully handed-out first chunk; the position moves past it (and its control batches)."""
         chunk = state.chunks.popleft()

@@ -220,6 +220,10 @@ class GroupCoordinator:
             self._waiting_for_poll = False
             self.request_rejoin("the application polls again after a poll timeout")
 
+    def polled(self) -> None:
+        """The application took a record outside getmany/getone (``async for``): it is alive."""
+        self._last_poll = time.monotonic()
+
     def poll_ended(self) -> None:
         self._polling -= 1
         self._last_poll = time.monotonic()
