@@ -36,11 +36,9 @@ from kafkakit.errors import (
 from kafkakit.protocol.framing import ApiKey
 from kafkakit.records import (
     BatchHeader,
-    decode_batch,
     decode_batch_list,
     iter_batch_headers,
-    read_control_type,
-    verify_crc,
+    visible_batches,
 )
 from kafkakit.structs import ConsumerRecord, TopicPartition
 
@@ -683,7 +681,7 @@ class Fetcher:
             return False  # nothing at or past the fetch offset (should not happen)
         aborted = None
         if self._config.isolation_level == READ_COMMITTED and p.aborted_transactions:
-            # In first-offset order: the walk in _decode_committed relies on it.
+            # In first-offset order (visible_batches walks them so).
             aborted = sorted(
                 ((int(a.producer_id), int(a.first_offset)) for a in p.aborted_transactions), key=lambda a: a[1]
             )
@@ -749,30 +747,13 @@ def _decode_committed(chunk: _Chunk, tp: TopicPartition, check_crc: bool) -> lis
     """Every data record of the chunk at or after its fetch offset, without the batches of aborted
     transactions (read_committed); decoded whole, not piece by piece.
 
-    Follows the Java consumer: aborted transactions are taken in first-offset
-    order; a producer joins the aborted set when its transaction's first offset
-    is reached, and leaves it at that transaction's ABORT marker.
+    The batch selection is :func:`kafkakit.records.visible_batches`, which
+    ``Consumer.fetch_range`` (and so the Spark source) uses too.
     """
-    data = chunk.data
-    topic, partition, min_offset = tp.topic, tp.partition, chunk.fetch_offset
-    pending = deque(chunk.aborted or ())
-    aborted_producers: set[int] = set()
-    out: list[Record] = []
-    for pos, header in iter_batch_headers(data):
-        last_offset = header.base_offset + header.last_offset_delta
-        while pending and pending[0][1] <= last_offset:
-            aborted_producers.add(pending.popleft()[0])
-        if check_crc and not verify_crc(data, pos, header):
-            raise CorruptRecordError(
-                f"CRC mismatch in the batch at offset {header.base_offset} of {topic}-{partition}"
-            )
-        if header.is_control:
-            if header.producer_id in aborted_producers and read_control_type(data, pos, header) == 0:
-                aborted_producers.discard(header.producer_id)
-            continue
-        if last_offset < min_offset:
-            continue
-        if header.is_transactional and header.producer_id in aborted_producers:
-            continue
-        out.extend(decode_batch(data, pos, header, topic, partition, min_offset=min_offset))
-    return out
+    where = f"{tp.topic}-{tp.partition}"
+    batches = visible_batches(
+        chunk.data, chunk.batches, chunk.aborted, chunk.fetch_offset, check_crcs=check_crc, where=where
+    )
+    return decode_batch_list(
+        chunk.data, batches, tp.topic, tp.partition, check_crc=False, min_offset=chunk.fetch_offset
+    )
