@@ -56,6 +56,8 @@ _REAUTH_WINDOW = (0.85, 0.95)
 #: Kafka refuses a re-authentication less than a second after the previous one began
 #: (SocketServer's MIN_REAUTH_INTERVAL), answering ILLEGAL_SASL_STATE: never start sooner.
 MIN_REAUTH_INTERVAL_S = 1.1
+#: How long close() waits for unsent bytes (and a TLS close_notify) before it aborts the socket.
+CLOSE_TIMEOUT_S = 5.0
 
 
 class _Pending:
@@ -357,7 +359,13 @@ class BrokerConnection:
             return
         pending.future.set_result(response)
 
-    def _fail(self, error: BaseException) -> None:
+    def _fail(self, error: BaseException, *, graceful: bool = False) -> None:
+        """Fail every pending request with ``error`` and close the socket.
+
+        After a failure the socket is aborted (unsent bytes are worthless, and a
+        peer that stopped reading would hold a graceful close forever); close()
+        closes gracefully, so that what was written (acks=0 records) still goes out.
+        """
         if self._closed:
             return
         self._closed = True
@@ -371,13 +379,16 @@ class BrokerConnection:
                 item.future.set_exception(error)
                 item.future.exception()  # mark retrieved: callers may have given up waiting
         if self._transport is not None:
-            self._transport.close()
+            if graceful:
+                self._transport.close()
+            else:
+                self._transport.abort()
         if self._on_close is not None:
             self._on_close(self)
 
     async def close(self) -> None:
-        """Close the socket and fail pending requests."""
-        self._fail(KafkaConnectionError("connection closed"))
+        """Close the socket and fail pending requests (within CLOSE_TIMEOUT_S, even if the peer hangs)."""
+        self._fail(KafkaConnectionError("connection closed"), graceful=True)
         task = self._reauth_task
         if task is not None and not task.done() and task is not asyncio.current_task():
             task.cancel()
@@ -385,8 +396,12 @@ class BrokerConnection:
                 await task
             except (asyncio.CancelledError, Exception):
                 pass
-        if self._protocol is not None:
-            await asyncio.shield(self._protocol.closed)
+        if self._protocol is not None and self._transport is not None:
+            try:
+                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                    await asyncio.shield(self._protocol.closed)
+            except TimeoutError:  # the peer does not read (a paused broker): give up on the rest
+                self._transport.abort()
 
 
 class _ApiVersionsFallback(Exception):
