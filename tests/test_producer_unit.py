@@ -13,7 +13,7 @@ from kafkakit.errors import (
     ProducerClosed,
 )
 from kafkakit.producer import Producer, RecordFuture
-from kafkakit.producer.accumulator import Accumulator, ProducerBatch
+from kafkakit.producer.accumulator import RECORD_MEMORY_OVERHEAD, Accumulator, ProducerBatch
 from kafkakit.structs import RecordMetadata
 
 BOOTSTRAP = "127.0.0.1:9"  # never contacted by these tests
@@ -146,7 +146,7 @@ async def test_buffer_memory_reservations_wait_in_order() -> None:
 async def test_completed_batch_releases_memory_and_resolves_records() -> None:
     acc = _accumulator()
     pq = acc.queue("t", 3)
-    await acc.reserve(30)
+    await acc.reserve(30 + 2 * RECORD_MEMORY_OVERHEAD)
     f1 = acc.append(pq, b"k", b"a", 1000, (), 15)
     f2 = acc.append(pq, None, b"b", 1001, (), 15)
     batch = acc.take(pq)

@@ -207,6 +207,7 @@ class Fetcher:
         self._config = config
         self._states: dict[TopicPartition, PartitionState] = {}
         self._in_flight: dict[int, asyncio.Task[None]] = {}
+        self._in_flight_bytes: dict[int, int] = {}  # node -> max_bytes of its Fetch in flight
         self._wakeup = asyncio.Event()
         self._data_ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -544,6 +545,13 @@ class Fetcher:
             retry_in = self._config.retry_backoff
         self._start_resets()
         by_node: dict[int, list[PartitionState]] = {}
+        # Buffered data plus the responses in flight stay within fetch_max_bytes, however many
+        # partitions are assigned (per-partition prefetch alone grew with their number). Paused
+        # partitions' data does not count: the application may wait on another partition.
+        budget = self._config.max_bytes - sum(self._in_flight_bytes.values())
+        budget -= sum(state.buffered_bytes for state in self._states.values() if not state.paused)
+        if budget <= 0:
+            return retry_in
         for state in self._states.values():
             if (
                 state.paused
@@ -563,8 +571,9 @@ class Fetcher:
         for node, states in by_node.items():
             for state in states:
                 state.in_flight = True
+            max_bytes = self._in_flight_bytes[node] = max(budget // len(by_node), 1)
             self._in_flight[node] = asyncio.create_task(
-                self._fetch(node, states), name=f"kafkakit-fetch-{node}"
+                self._fetch(node, states, max_bytes), name=f"kafkakit-fetch-{node}"
             )
         return retry_in
 
@@ -583,10 +592,10 @@ class Fetcher:
             self._reset_task = asyncio.create_task(self._reset_positions(need), name="kafkakit-reset-offsets")
             self._reset_task.add_done_callback(lambda _t: self._wake())
 
-    async def _fetch(self, node: int, states: list[PartitionState]) -> None:
+    async def _fetch(self, node: int, states: list[PartitionState], max_bytes: int) -> None:
         backoff = False
         try:
-            backoff = await self._fetch_once(node, states)
+            backoff = await self._fetch_once(node, states, max_bytes)
         except asyncio.CancelledError:
             raise
         except KafkaError as exc:
@@ -601,13 +610,14 @@ class Fetcher:
         finally:
             for state in states:
                 state.in_flight = False
+            self._in_flight_bytes.pop(node, None)  # what the response brought is counted as buffered now
         if backoff:
             await asyncio.sleep(self._config.retry_backoff)
         del self._in_flight[node]
         self._wake()
 
-    async def _fetch_once(self, node: int, states: list[PartitionState]) -> bool:
-        """One Fetch round trip; True when the caller should back off before the next."""
+    async def _fetch_once(self, node: int, states: list[PartitionState], max_bytes: int) -> bool:
+        """One Fetch round trip (at most ``max_bytes``, or one batch); True when the caller should back off."""
         config = self._config
         conn = await self._cluster.connection(node)
         sent = {s.tp: (s.epoch, s.fetch_offset) for s in states}
@@ -629,7 +639,7 @@ class Fetcher:
             replica_id=-1,
             max_wait=config.max_wait_ms,
             min_bytes=config.min_bytes,
-            max_bytes=config.max_bytes,
+            max_bytes=max_bytes,
             isolation_level=config.isolation_level,
             session_id=0,
             session_epoch=-1,

@@ -25,6 +25,8 @@ MAX_FRAME_BYTES = (1 << 31) - 1
 # Start small (most responses are tiny); receive at least this much per read.
 _INITIAL_BUFFER = 1 << 16
 _MIN_READ = 1 << 14
+_DOUBLING_LIMIT = 1 << 20
+_ROUND = 1 << 20
 
 
 class FrameError(Exception):
@@ -78,8 +80,10 @@ class FrameProtocol(asyncio.BufferedProtocol):
         need = max(self._pending_frame_size(), len(pending) + _MIN_READ)
         buffer = self._buffer
         if need > len(buffer):
-            # A new buffer, never a resize: a memoryview still held somewhere stays valid.
-            buffer = self._buffer = bytearray(max(need, 2 * len(buffer)))
+            # A new buffer, never a resize: a memoryview still held somewhere stays valid. Small
+            # ones double; a large frame gets what it needs (rounded up to 1 MiB), not twice that.
+            size = 2 * len(buffer) if need <= 2 * len(buffer) <= _DOUBLING_LIMIT else -(-need // _ROUND) * _ROUND
+            buffer = self._buffer = bytearray(size)
         buffer[: len(pending)] = pending
         self._start, self._end = 0, len(pending)
         return buffer

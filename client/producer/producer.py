@@ -41,6 +41,7 @@ from kafkakit.errors import (
 from kafkakit.net.security import OAuthTokenProvider, SecurityConfig
 from kafkakit.producer.accumulator import (
     BATCH_HEADER_SIZE,
+    RECORD_MEMORY_OVERHEAD,
     RECORD_OVERHEAD,
     Accumulator,
     PartitionQueue,
@@ -365,10 +366,11 @@ class Producer:
         elif timestamp_ms.__class__ is not int:
             raise TypeError(f"timestamp_ms must be an int (milliseconds), not {type(timestamp_ms).__name__}")
         acc = self._acc
-        if acc.buffered + size <= acc.buffer_memory and not acc.room_waiters:
-            acc.buffered += size
+        charge = size + RECORD_MEMORY_OVERHEAD  # released per record when the batch completes
+        if acc.buffered + charge <= acc.buffer_memory and not acc.room_waiters:
+            acc.buffered += charge
         else:
-            await acc.reserve(size)
+            await acc.reserve(charge)
         # Accumulator.append, inlined: this is the per-record hot path.
         batch = pq.open
         if batch is None or batch.size + size > self._max_batch_size:
