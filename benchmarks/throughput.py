@@ -370,13 +370,28 @@ def run_worker(spec: dict[str, object]) -> float:
     raise SystemExit(f"unknown worker {role}/{client}")
 
 
-def spawn_worker(spec: dict[str, object], timeout: float) -> float:
+def peak_rss_mb() -> float:
+    """This process's peak resident set (VmHWM), in MiB."""
+    with open(f"/proc/{os.getpid()}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return -1.0
+
+
+def spawn_worker_rss(spec: dict[str, object], timeout: float) -> tuple[float, float]:
+    """Run one worker in a fresh interpreter: (seconds, peak RSS of that interpreter in MiB)."""
     out = subprocess.run(
         [sys.executable, __file__, "--worker", json.dumps(spec)], capture_output=True, text=True, timeout=timeout, cwd=ROOT
     )
     if out.returncode != 0:
         raise RuntimeError(f"worker {spec['role']}/{spec['client']} failed:\n{out.stderr[-3000:]}")
-    return float(out.stdout.strip().splitlines()[-1])
+    seconds, rss = out.stdout.strip().splitlines()[-1].split()
+    return float(seconds), float(rss)
+
+
+def spawn_worker(spec: dict[str, object], timeout: float) -> float:
+    return spawn_worker_rss(spec, timeout)[0]
 
 
 # --------------------------------------------------------------------------- driver
@@ -422,16 +437,19 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
                         # Rounds interleave the clients (A B C, A B C, ...), so a slow spell of a shared
                         # machine hits every client of a round rather than all runs of one client.
                         times: dict[str, list[float]] = {client: [] for client in clients}
+                        rss: dict[str, list[float]] = {client: [] for client in clients}
                         for _ in range(args.runs):
                             for client in clients:
                                 topic = source_topic or f"bench-{client}-{uuid.uuid4().hex[:8]}"
                                 if role == "produce":
                                     create_topic(bootstrap, topic)
                                 spec = {"role": role, "client": client, "bootstrap": bootstrap, "topic": topic, "records": args.records, "size": args.size, "codec": codec}
-                                times[client].append(spawn_worker(spec, timeout))
+                                seconds, peak = spawn_worker_rss(spec, timeout)
+                                times[client].append(seconds)
+                                rss[client].append(peak)
                         for client in clients:
                             key = f"{broker_kind}/{codec}/{client}"
-                            results[role][key] = {"seconds": times[client], "median": statistics.median(times[client])}  # type: ignore[index]
+                            results[role][key] = {"seconds": times[client], "median": statistics.median(times[client]), "peak_rss_mb": rss[client]}  # type: ignore[index]
                             rate = args.records / statistics.median(times[client])
                             print(f"{role:8s} {key:40s} {rate:12,.0f} rec/s {rate * args.size / 1e6:8.1f} MB/s", flush=True)
             finally:
@@ -455,6 +473,9 @@ def report(results: dict[str, object], records: int, size: int) -> str:
             for client, rate in rates.items():
                 ratios = " | ".join(f"{rate / rates[p]:.2f}x" for p in peers)
                 lines.append(f"| {client} | {rate:,.0f} | {rate * size / 1e6:.1f} | {ratios} |")
+            peaks = {c: statistics.median(table[f"{group}/{c}"]["peak_rss_mb"]) for c in peers if table[f"{group}/{c}"].get("peak_rss_mb")}  # type: ignore[arg-type]
+            if peaks:
+                lines.append("\npeak RSS (MiB, median): " + ", ".join(f"{c} {mb:.0f}" for c, mb in peaks.items()))
             ours, theirs = table.get(f"{group}/kafkakit"), table.get(f"{group}/aiokafka")
             if ours and theirs:  # rounds interleave the clients: a round's ratio pairs runs made close together
                 per_round = [a / k for k, a in zip(ours["seconds"], theirs["seconds"], strict=True)]  # type: ignore[index]
@@ -487,7 +508,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny run for CI: 20,000 records, one run, broker_min only")
     args = parser.parse_args()
     if args.worker:
-        print(run_worker(json.loads(args.worker)))
+        print(run_worker(json.loads(args.worker)), peak_rss_mb())
         return
     if args.smoke:
         records_given = "--records" in sys.argv
