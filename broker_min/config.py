@@ -55,6 +55,8 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = 1_800_000
     # Kafka's default is 50; one partition is plenty for a single node.
     offsets_topic_num_partitions: int = 1
+    # KIP-227: how many incremental fetch sessions the broker keeps (0 disables them).
+    max_incremental_fetch_session_cache_slots: int = 1000
     # The finalized ``transaction.version`` feature level advertised in ApiVersions (Kafka 4.x: 2).
     transaction_version: int = 2
 
@@ -122,6 +124,9 @@ class BrokerConfig:
         )
         _check_range("offsets_topic_num_partitions", self.offsets_topic_num_partitions, 1, 2**31 - 1)
         _check_range("transaction_version", self.transaction_version, 0, 2)
+        _check_range(
+            "max_incremental_fetch_session_cache_slots", self.max_incremental_fetch_session_cache_slots, 0, 2**31 - 1
+        )
         if self.cluster_id is not None and not self.cluster_id:
             raise KafkaConfigError("cluster_id", "must not be empty")
         if self.ssl_client_auth not in ("none", "requested", "required"):

@@ -33,6 +33,7 @@ from kafkakit.broker.coordinators.transactions import (
     TRANSACTION_TOPIC_CONFIGS,
     TransactionCoordinator,
 )
+from kafkakit.broker.fetch_sessions import FetchSessionCache
 from kafkakit.broker.log import LogConfig, LogError, LogManager, PartitionLog
 from kafkakit.broker.producer_state import ProducerIdAllocator, ProducerStateRegistry
 from kafkakit.broker.security.authorizer import Authorizer
@@ -169,6 +170,7 @@ class BrokerState:
         self.logs = LogManager(data_dir, self.default_log_config)
         self.producer_ids = ProducerIdAllocator(data_dir)
         self.producer_states = ProducerStateRegistry()
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         self.scram_credentials = ScramCredentialStore(data_dir / SECURITY_DIR)
         self.authorizer = Authorizer.from_config(config, data_dir / SECURITY_DIR)
         self._append_waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}

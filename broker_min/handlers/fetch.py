@@ -6,8 +6,9 @@ that the server sends with ``loop.sendfile`` (segment bytes never enter Python).
 For the flexible v12 the same holds: records are compact bytes whose varint
 length is known up front, followed by the partition's (empty) tagged fields.
 
-Fetch sessions (v7+) are not kept: every request is answered as a full,
-sessionless fetch (session id 0), which clients accept and fall back to.
+Fetch sessions (v7+, KIP-227) are kept in :mod:`kafkakit.broker.fetch_sessions`:
+epoch 0 opens one, later epochs carry only changed and forgotten partitions and
+get back only partitions with news; epoch -1 asks for a sessionless full fetch.
 read_committed returns data only below the last stable offset (see
 :func:`last_stable_offset`) plus the aborted transactions overlapping
 ``[fetch offset, LSO)``, which clients use to drop aborted records.
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kafkakit.acls import AclOperation, ResourceType
+from kafkakit.broker.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, FetchSession, FetchSessionCache
 from kafkakit.broker.handlers.base import ApiHandler, FileSliceLike, RawResponse
 from kafkakit.broker.log.errors import LogError
 from kio.schema.errors import ErrorCode
@@ -85,17 +87,25 @@ def last_stable_offset(state: BrokerState, log: PartitionLog, read_committed: bo
 async def handle_fetch(state: BrokerState, header: RequestHeaderInfo, request: Any) -> RawResponse:
     """Read the requested partitions, waiting up to max_wait for min_bytes to be available."""
     version = header.api_version
-    session_error = _session_error(request) if version >= 7 else ErrorCode.none
-    if session_error != ErrorCode.none:
-        return encode_fetch_response(version, session_error, [])
+    session: FetchSession | None = None
+    incremental = False
+    if version >= 7:
+        opened = open_session(state.fetch_sessions, request)
+        if isinstance(opened, ErrorCode):
+            return encode_fetch_response(version, opened, [])
+        session, incremental = opened
     read_committed = request.isolation_level == READ_COMMITTED
-    wanted = [
-        _Wanted(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
-        for t in request.topics
-        for p in t.partitions
-    ]
+    if session is None:
+        wanted = [
+            _Wanted(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+            for t in request.topics
+            for p in t.partitions
+        ]
+    else:
+        wanted = [_Wanted(p.topic, p.partition, p.fetch_offset, p.max_bytes) for p in session.partitions.values()]
     # A consumer's fetch needs READ on each topic (Kafka's check; denied partitions fail alone).
-    denied = {t.topic for t in request.topics if not state.allowed(AclOperation.READ, ResourceType.TOPIC, t.topic)}
+    topics = {w.topic for w in wanted}
+    denied = {t for t in topics if not state.allowed(AclOperation.READ, ResourceType.TOPIC, t)}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
     while True:
@@ -104,15 +114,60 @@ async def handle_fetch(state: BrokerState, header: RequestHeaderInfo, request: A
         if total >= request.min_bytes or failed or remaining <= 0:
             break
         await state.wait_for_append(((w.topic, w.partition) for w in wanted), remaining)
-    return encode_fetch_response(version, ErrorCode.none, results)
+    if session is None:
+        return encode_fetch_response(version, ErrorCode.none, results)
+    return encode_fetch_response(version, ErrorCode.none, _session_news(session, results, incremental), session.session_id)
 
 
-def _session_error(request: Any) -> ErrorCode:
-    if request.session_id != 0:
+def open_session(cache: FetchSessionCache, request: Any) -> tuple[FetchSession | None, bool] | ErrorCode:
+    """(the request's session or None for a sessionless fetch, whether it is incremental), or its error."""
+    session_id, epoch = request.session_id, request.session_epoch
+    if epoch in (FINAL_EPOCH, INITIAL_EPOCH):
+        if session_id:
+            cache.remove(session_id)  # closed, or replaced by the new one
+        session = cache.create() if epoch == INITIAL_EPOCH else None
+        if session is not None:
+            _update(session, request)
+        return session, False
+    session = cache.get(session_id) if session_id else None
+    if session is None:
         return ErrorCode.fetch_session_id_not_found
-    if request.session_epoch not in (-1, 0):
+    if epoch != session.epoch:
         return ErrorCode.invalid_fetch_session_epoch
-    return ErrorCode.none
+    session.epoch = epoch + 1 if epoch < 2**31 - 1 else 1
+    for topic in request.forgotten_topics_data:
+        for partition in topic.partitions:
+            session.forget(topic.topic, partition)
+    _update(session, request)
+    return session, True
+
+
+def _update(session: FetchSession, request: Any) -> None:
+    for t in request.topics:
+        for p in t.partitions:
+            session.upsert(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+
+
+def _session_news(
+    session: FetchSession, results: list[tuple[str, list[PartitionResult]]], incremental: bool
+) -> list[tuple[str, list[PartitionResult]]]:
+    """The session's view of a read: its remembered values updated; for an incremental request
+    only partitions with records, an error or changed offsets (a full one answers them all)."""
+    news: list[tuple[str, list[PartitionResult]]] = []
+    served: list[tuple[str, int]] = []
+    for topic, partitions in results:
+        kept: list[PartitionResult] = []
+        for p in partitions:
+            remembered = session.partitions[(topic, p.index)]
+            changed = remembered.changed(p.high_watermark, p.last_stable_offset, p.log_start_offset)
+            if p.size:
+                served.append((topic, p.index))
+            if not incremental or p.size or p.error or changed:
+                kept.append(p)
+        if kept:
+            news.append((topic, kept))
+    session.rotate(served)
+    return news
 
 
 def _read_all(
@@ -182,7 +237,7 @@ def _read_partition(
 
 
 def encode_fetch_response(
-    version: int, error: ErrorCode, topics: list[tuple[str, list[PartitionResult]]]
+    version: int, error: ErrorCode, topics: list[tuple[str, list[PartitionResult]]], session_id: int = 0
 ) -> RawResponse:
     """The Fetch response body for ``version`` as bytes with each partition's file slice in place."""
     flexible = version >= FIRST_FLEXIBLE
@@ -190,7 +245,7 @@ def encode_fetch_response(
     buf = bytearray()
     buf += _I32.pack(0)  # throttle_time_ms
     if version >= 7:
-        buf += _I16.pack(error.value) + _I32.pack(0)  # error_code, session_id: never a session
+        buf += _I16.pack(error.value) + _I32.pack(session_id)
     buf += _array_length(len(topics), flexible)
     for name, partitions in topics:
         buf += _string(name, flexible)
