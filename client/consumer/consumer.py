@@ -571,6 +571,11 @@ class Consumer:
             raise ValueError(f"fetch_range needs 0 <= start <= end, got [{start}, {end})")
         return read_range(self._cluster, self._range_settings, partition, start, end, wait_timeout_ms / 1000)
 
+    def fetch_session_stats(self) -> dict[str, int]:
+        """What this consumer's KIP-227 fetch sessions did: requests (full and incremental),
+        partitions sent in them, and sessions restarted after an error (diagnostics)."""
+        return self._fetcher.session_stats.as_dict()
+
     def pause(self, *partitions: TopicPartition) -> None:
         """Stop returning and fetching records of ``partitions`` (buffered ones are kept)."""
         for tp in partitions:

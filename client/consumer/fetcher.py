@@ -42,6 +42,15 @@ from kafkakit.records import (
 )
 from kafkakit.structs import ConsumerRecord, TopicPartition
 
+from .fetch_session import (
+    FIRST_SESSION_VERSION,
+    SESSION_ERRORS,
+    FetchSessionHandler,
+    SessionRequest,
+    SessionStats,
+    fetch_topics,
+    forgotten_topics,
+)
 from .offsets import EARLIEST, LATEST, READ_COMMITTED, list_offsets
 
 log = logging.getLogger(__name__)
@@ -208,6 +217,8 @@ class Fetcher:
         self._states: dict[TopicPartition, PartitionState] = {}
         self._in_flight: dict[int, asyncio.Task[None]] = {}
         self._in_flight_bytes: dict[int, int] = {}  # node -> max_bytes of its Fetch in flight
+        self._sessions: dict[int, FetchSessionHandler] = {}  # node -> its KIP-227 fetch session
+        self.session_stats = SessionStats()
         self._wakeup = asyncio.Event()
         self._data_ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -621,18 +632,16 @@ class Fetcher:
         config = self._config
         conn = await self._cluster.connection(node)
         sent = {s.tp: (s.epoch, s.fetch_offset) for s in states}
-        topics: dict[str, list[dict[str, Any]]] = {}
-        for s in states:
-            topics.setdefault(s.tp.topic, []).append(
-                {
-                    "partition": s.tp.partition,
-                    "current_leader_epoch": -1,
-                    "fetch_offset": s.fetch_offset,
-                    "last_fetched_epoch": -1,
-                    "log_start_offset": -1,
-                    "partition_max_bytes": s.max_bytes,
-                }
-            )
+        wanted = {s.tp: (s.fetch_offset, s.max_bytes) for s in states if s.fetch_offset is not None}
+        session = self._sessions.get(node)
+        if session is None:
+            session = self._sessions[node] = FetchSessionHandler(self.session_stats)
+        if conn.version(ApiKey.FETCH) >= FIRST_SESSION_VERSION:
+            plan = session.next_request(wanted)
+            session_fields = {"session_id": plan.session_id, "session_epoch": plan.epoch}
+        else:
+            plan = SessionRequest(0, -1, [(tp, offset, size) for tp, (offset, size) in wanted.items()])
+            session_fields = {"session_id": 0, "session_epoch": -1}
         request = conn.request(
             ApiKey.FETCH,
             cluster_id=None,
@@ -641,15 +650,24 @@ class Fetcher:
             min_bytes=config.min_bytes,
             max_bytes=max_bytes,
             isolation_level=config.isolation_level,
-            session_id=0,
-            session_epoch=-1,
-            topics=[{"topic": name, "partitions": parts} for name, parts in topics.items()],
-            forgotten_topics_data=[],
+            topics=fetch_topics(plan.partitions),
+            forgotten_topics_data=forgotten_topics(plan.forgotten),
             rack_id="",
+            **session_fields,
         )
-        response = await conn.send(request, timeout=config.request_timeout + config.max_wait_ms / 1000)
-        if response.error_code:
-            log.warning("fetch from broker %s failed with error %s", node, int(response.error_code))
+        try:
+            response = await conn.send(request, timeout=config.request_timeout + config.max_wait_ms / 1000)
+        except BaseException:
+            session.reset()  # the broker may or may not have seen this epoch
+            raise
+        code = int(response.error_code)
+        if plan.epoch >= 0:
+            session.on_response(plan, code, int(response.session_id))
+        if code in SESSION_ERRORS:
+            log.info("fetch session with broker %s ended (error %s); starting a new one", node, code)
+            return False
+        if code:
+            log.warning("fetch from broker %s failed with error %s", node, code)
             return True
         backoff = False
         for topic in response.responses:
@@ -767,3 +785,4 @@ def _decode_committed(chunk: _Chunk, tp: TopicPartition, check_crc: bool) -> lis
     return decode_batch_list(
         chunk.data, batches, tp.topic, tp.partition, check_crc=False, min_offset=chunk.fetch_offset
     )
+

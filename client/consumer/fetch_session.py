@@ -1,0 +1,135 @@
+"""The client's half of a KIP-227 fetch session with one broker.
+
+The first Fetch to a broker carries every partition fetched there (epoch 0) and
+the broker answers with a session id. Each later Fetch (epoch 1, 2, ...) carries
+only the partitions whose fetch offset or size changed since the broker last
+heard of them, and forgets the ones not fetched this round (paused, unassigned,
+moved to another leader, or with enough data buffered), as the Java client's
+FetchSessionHandler does: a partition left in the session would be fetched
+from its stale remembered offset. The broker answers with only the partitions
+that have something new, which is what makes a consumer of thousands of quiet
+partitions cheap on both sides.
+
+Any error (an unknown session, a wrong epoch, a lost connection) drops the
+session; the next Fetch is a full one and opens a new session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafkakit.structs import TopicPartition
+
+__all__ = ["FetchSessionHandler", "SessionRequest", "SessionStats", "fetch_topics", "forgotten_topics"]
+
+#: Fetch error codes that mean "start a new session".
+SESSION_ERRORS = frozenset({70, 71})  # FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH
+#: Fetch v7 added sessions.
+FIRST_SESSION_VERSION = 7
+
+
+@dataclass
+class SessionStats:
+    """What the consumer's fetch sessions did (diagnostics: ``Consumer.fetch_session_stats()``)."""
+
+    requests: int = 0
+    full_requests: int = 0
+    incremental_requests: int = 0
+    partitions_sent: int = 0
+    session_resets: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(vars(self))
+
+
+@dataclass
+class SessionRequest:
+    """One Fetch's session fields and partition lists."""
+
+    session_id: int
+    epoch: int
+    partitions: list[tuple[TopicPartition, int, int]]  # (partition, fetch offset, max bytes) to send
+    forgotten: list[TopicPartition] = field(default_factory=list)
+
+    @property
+    def full(self) -> bool:
+        return self.epoch <= 0
+
+
+class FetchSessionHandler:
+    """Builds the next Fetch of one broker's session and follows the broker's answers."""
+
+    def __init__(self, stats: SessionStats) -> None:
+        self.session_id = 0
+        self.epoch = 0  # the epoch of the next request: 0 opens a session
+        self._sent: dict[TopicPartition, tuple[int, int]] = {}  # what the broker's session holds
+        self._stats = stats
+
+    def next_request(self, wanted: dict[TopicPartition, tuple[int, int]]) -> SessionRequest:
+        """The request fetching ``wanted`` (partition -> (fetch offset, max bytes)) this round."""
+        if not self.session_id:
+            request = SessionRequest(0, 0, [(tp, offset, size) for tp, (offset, size) in wanted.items()])
+        else:
+            sent = self._sent
+            changed = [(tp, offset, size) for tp, (offset, size) in wanted.items() if sent.get(tp) != (offset, size)]
+            forgotten = [tp for tp in sent if tp not in wanted]
+            request = SessionRequest(self.session_id, self.epoch, changed, forgotten)
+        stats = self._stats
+        stats.requests += 1
+        stats.partitions_sent += len(request.partitions)
+        if request.full:
+            stats.full_requests += 1
+        else:
+            stats.incremental_requests += 1
+        return request
+
+    def on_response(self, request: SessionRequest, error_code: int, session_id: int) -> None:
+        """Follow the broker's answer to ``request`` (call :meth:`reset` when it failed outright)."""
+        if error_code in SESSION_ERRORS:
+            self.reset()
+            return
+        if error_code:
+            return  # another top-level error: the session is unchanged, the request is retried
+        if request.full:
+            self.session_id = session_id  # 0: the broker keeps no session for us; the next one asks again
+            self.epoch = 1
+            self._sent = {tp: (offset, size) for tp, offset, size in request.partitions}
+            return
+        self.epoch = self.epoch + 1 if self.epoch < 2**31 - 1 else 1
+        for tp in request.forgotten:
+            self._sent.pop(tp, None)
+        for tp, offset, size in request.partitions:
+            self._sent[tp] = (offset, size)
+
+    def reset(self) -> None:
+        """Forget the session (the broker's is gone, or may be): the next Fetch is full."""
+        if self.session_id:
+            self._stats.session_resets += 1
+        self.session_id = 0
+        self.epoch = 0
+        self._sent = {}
+
+def fetch_topics(partitions: list[tuple[TopicPartition, int, int]]) -> list[dict[str, Any]]:
+    """A Fetch request's ``topics`` for (partition, fetch offset, max bytes) entries."""
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for tp, offset, max_bytes in partitions:
+        topics.setdefault(tp.topic, []).append(
+            {
+                "partition": tp.partition,
+                "current_leader_epoch": -1,
+                "fetch_offset": offset,
+                "last_fetched_epoch": -1,
+                "log_start_offset": -1,
+                "partition_max_bytes": max_bytes,
+            }
+        )
+    return [{"topic": name, "partitions": parts} for name, parts in topics.items()]
+
+
+def forgotten_topics(partitions: list[TopicPartition]) -> list[dict[str, Any]]:
+    """A Fetch request's ``forgotten_topics_data`` for these partitions."""
+    topics: dict[str, list[int]] = {}
+    for tp in partitions:
+        topics.setdefault(tp.topic, []).append(tp.partition)
+    return [{"topic": name, "partitions": parts} for name, parts in topics.items()]
