@@ -155,15 +155,25 @@ def _session_news(
     only partitions with records, an error or changed offsets (a full one answers them all)."""
     news: list[tuple[str, list[PartitionResult]]] = []
     served: list[tuple[str, int]] = []
+    remembered = session.partitions
     for topic, partitions in results:
         kept: list[PartitionResult] = []
         for p in partitions:
-            remembered = session.partitions[(topic, p.index)]
-            changed = remembered.changed(p.high_watermark, p.last_stable_offset, p.log_start_offset)
-            if p.size:
-                served.append((topic, p.index))
-            if not incremental or p.size or p.error or changed:
+            known = remembered[(topic, p.index)]
+            # Inlined SessionPartition.changed: this loop runs for every partition of every Fetch.
+            if (
+                known.high_watermark != p.high_watermark
+                or known.last_stable_offset != p.last_stable_offset
+                or known.log_start_offset != p.log_start_offset
+            ):
+                known.high_watermark = p.high_watermark
+                known.last_stable_offset = p.last_stable_offset
+                known.log_start_offset = p.log_start_offset
                 kept.append(p)
+            elif not incremental or p.error or p.records:
+                kept.append(p)
+            if p.records:
+                served.append((topic, p.index))
         if kept:
             news.append((topic, kept))
     session.rotate(served)
