@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
 import re
 import struct
@@ -27,8 +28,10 @@ from typing import Any
 import pytest
 from kafkakit import Admin, Consumer, NewTopic, Producer, TopicPartition
 from kafkakit.broker import Broker
+from kio.schema.errors import ErrorCode
 
 from tests.brokers import ensure_kafka_jars, missing_kafka_tools
+from tests.raw_protocol import RawClient, req, sub
 
 JAVA_CONSUMER = Path(__file__).parent / "java" / "FetchSessionConsumer.java"
 _LOG4J2 = """\
@@ -165,6 +168,62 @@ async def test_confluent_consumer_reads_many_partitions(broker: Any, topic: str)
             consumer.close()
 
     _exactly_once(await asyncio.to_thread(consume), tps, 25)
+
+
+def _fetch_v12(topic: str, session_id: int, epoch: int, offsets: dict[int, int], max_wait_ms: int) -> Any:
+    partitions = tuple(
+        sub(
+            1,
+            12,
+            "FetchPartition",
+            partition=p,
+            fetch_offset=o,
+            partition_max_bytes=1 << 20,
+            log_start_offset=-1,
+        )
+        for p, o in offsets.items()
+    )
+    return req(
+        1, 12, replica_id=-1, max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1,
+        max_bytes=1 << 20, isolation_level=0, session_id=session_id, session_epoch=epoch,
+        topics=(sub(1, 12, "FetchTopic", topic=topic, partitions=partitions),) if partitions else (),
+        forgotten_topics_data=(), rack_id="",
+    )  # fmt: skip
+
+
+async def test_a_caught_up_session_wakes_for_an_append_to_any_of_its_partitions(
+    broker: Any, topic: str
+) -> None:
+    """A long poll on an incremental Fetch that names no partition returns as soon as one of the
+    session's quiet partitions gets a record, with only that partition (broker_min skips reading
+    caught-up partitions whose offsets did not move: the append must still be seen)."""
+    await _fill(broker.bootstrap_servers, {topic: 3}, 2)
+    client = await RawClient.connect(broker)
+    try:
+        full = await client.call(_fetch_v12(topic, 0, 0, {0: 0, 1: 0, 2: 0}, 0))
+        assert full.error_code == ErrorCode.none and full.session_id != 0
+        sid = int(full.session_id)
+        caught_up = await client.call(_fetch_v12(topic, sid, 1, {0: 2, 1: 2, 2: 2}, 100))
+        assert caught_up.error_code == ErrorCode.none and list(caught_up.responses) == []
+
+        async def append_later() -> None:
+            await asyncio.sleep(0.5)
+            async with Producer(bootstrap_servers=broker.bootstrap_servers) as producer:
+                await producer.send_and_wait(topic, b"late", partition=1)
+
+        appending = asyncio.create_task(append_later())
+        start = time.monotonic()
+        client.timeout = 20.0
+        woken = await client.call(_fetch_v12(topic, sid, 2, {}, 15_000))
+        waited = time.monotonic() - start
+        await appending
+    finally:
+        client.close()
+    assert woken.error_code == ErrorCode.none
+    answered = {(t.topic, int(p.partition_index)): p for t in woken.responses for p in t.partitions}
+    assert list(answered) == [(topic, 1)] and answered[(topic, 1)].high_watermark == 3
+    assert answered[(topic, 1)].records, "the new record"
+    assert waited < 10, waited  # woken by the append, not by max_wait
 
 
 class DuplicatingProxy:

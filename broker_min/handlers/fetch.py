@@ -101,22 +101,34 @@ async def handle_fetch(state: BrokerState, header: RequestHeaderInfo, request: A
             for t in request.topics
             for p in t.partitions
         ]
+        topics = {w.topic for w in wanted}
+    elif incremental:
+        wanted = []  # chosen afresh on every pass: only partitions that may have news are read
+        topics = {topic for topic, _ in session.partitions}
     else:
-        wanted = [_Wanted(p.topic, p.partition, p.fetch_offset, p.max_bytes) for p in session.partitions.values()]
+        wanted = [
+            _Wanted(p.topic, p.partition, p.fetch_offset, p.max_bytes) for p in session.partitions.values()
+        ]
+        topics = {w.topic for w in wanted}
     # A consumer's fetch needs READ on each topic (Kafka's check; denied partitions fail alone).
-    topics = {w.topic for w in wanted}
     denied = {t for t in topics if not state.allowed(AclOperation.READ, ResourceType.TOPIC, t)}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
+    watched = session if incremental else None
     while True:
+        if watched is not None:
+            wanted = _maybe_news(state, watched, denied)
         results, total, failed = _read_all(state, wanted, request.max_bytes, read_committed, denied)
         remaining = deadline - loop.time()
         if total >= request.min_bytes or failed or remaining <= 0:
             break
-        await state.wait_for_append(((w.topic, w.partition) for w in wanted), remaining)
+        keys = watched.partitions.keys() if watched is not None else [(w.topic, w.partition) for w in wanted]
+        await state.wait_for_append(keys, remaining)
     if session is None:
         return encode_fetch_response(version, ErrorCode.none, results)
-    return encode_fetch_response(version, ErrorCode.none, _session_news(session, results, incremental), session.session_id)
+    return encode_fetch_response(
+        version, ErrorCode.none, _session_news(session, results, incremental), session.session_id
+    )
 
 
 def open_session(cache: FetchSessionCache, request: Any) -> tuple[FetchSession | None, bool] | ErrorCode:
@@ -148,6 +160,29 @@ def _update(session: FetchSession, request: Any) -> None:
             session.upsert(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
 
 
+def _maybe_news(state: BrokerState, session: FetchSession, denied: set[str]) -> list[_Wanted]:
+    """The session partitions an incremental Fetch must read: all but those whose fetch offset is at
+    the high watermark, unchanged (as is the log start offset) since the session last answered.
+
+    Those would be read only to find nothing to send (no records, no error, no changed offset),
+    and a consumer of thousands of quiet partitions would pay that read for each of them on every
+    Fetch and every wake-up of its long poll. The LSO needs no look: it moves only with an append,
+    which moves the high watermark too (Kafka's session ignores it as well).
+    """
+    wanted: list[_Wanted] = []
+    for p in session.partitions.values():
+        if p.topic not in denied:
+            log = state.partition_log(p.topic, p.partition)
+            if (
+                log is not None
+                and p.fetch_offset == p.high_watermark == log.high_watermark
+                and p.log_start_offset == log.log_start_offset
+            ):
+                continue
+        wanted.append(_Wanted(p.topic, p.partition, p.fetch_offset, p.max_bytes))
+    return wanted
+
+
 def _session_news(
     session: FetchSession, results: list[tuple[str, list[PartitionResult]]], incremental: bool
 ) -> list[tuple[str, list[PartitionResult]]]:
@@ -159,9 +194,11 @@ def _session_news(
     for topic, partitions in results:
         kept: list[PartitionResult] = []
         for p in partitions:
-            known = remembered[(topic, p.index)]
+            known = remembered.get((topic, p.index))
+            if known is None:  # forgotten meanwhile by a request of a misbehaving client
+                kept.append(p)
             # Inlined SessionPartition.changed: this loop runs for every partition of every Fetch.
-            if (
+            elif (
                 known.high_watermark != p.high_watermark
                 or known.last_stable_offset != p.last_stable_offset
                 or known.log_start_offset != p.log_start_offset
