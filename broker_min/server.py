@@ -38,6 +38,7 @@ from kafkakit.broker.config import BrokerConfig
 from kafkakit.broker.handlers import HANDLERS, unsupported_version_response
 from kafkakit.broker.handlers.base import ApiHandler, CloseConnection, RawResponse, error, make
 from kafkakit.broker.handlers.groups import CLIENT_HOST
+from kafkakit.broker.log import raise_descriptor_limit
 from kafkakit.broker.security.authenticator import (
     ILLEGAL_SASL_STATE,
     ListenerSecurity,
@@ -394,6 +395,7 @@ class Broker:
         if self._servers:
             return
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        raise_descriptor_limit()  # thousands of partitions need thousands of descriptors
         state = BrokerState(self.data_dir, self.config)
         for entry in self._add_scram:
             state.scram_credentials.add(entry)

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 API_KEY = 1
 FIRST_FLEXIBLE = 12
 READ_COMMITTED = 1
+#: Partition data at least this large is sent from the segment file (sendfile); smaller is copied.
+ZERO_COPY_MIN_BYTES = 64 * 1024
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -273,7 +275,9 @@ def _read_partition(
         result.error = exc.code
         return result
     if data.length:
-        result.records = data
+        # Small reads are copied now: a FileSlice keeps its segment's descriptor open until the
+        # response is sent, and a Fetch of 10,000 small partitions would hold 10,000 of them.
+        result.records = data if data.length >= ZERO_COPY_MIN_BYTES else data.read_bytes()
         if read_committed:
             producer_state = state.producer_states.for_log(log)
             result.aborted = producer_state.aborted_transactions(w.offset, lso, log.log_start_offset)

@@ -18,7 +18,7 @@ from .errors import (
 )
 from .manager import LogManager
 from .partition import AppendedBatch, AppendResult, PartitionLog, is_valid_topic_name, parse_partition_dir
-from .segment import FileSlice, LogSegment
+from .segment import FileSlice, LogSegment, raise_descriptor_limit
 
 __all__ = [
     "AppendResult",
@@ -36,5 +36,6 @@ __all__ = [
     "PartitionLog",
     "is_valid_topic_name",
     "parse_partition_dir",
+    "raise_descriptor_limit",
     "read_batch_header",
 ]

@@ -11,6 +11,8 @@ import errno
 import io
 import logging
 import os
+import resource
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -335,10 +337,16 @@ class LogSegment:
     # ---- reading -----------------------------------------------------------------------------
 
     def reader(self) -> SegmentFile:
-        """The shared read-only handle (opened on first use)."""
-        if self._reader is None or self._reader.closed:
-            self._reader = SegmentFile(self.log_path, "rb")
-        return self._reader
+        """The shared read-only handle (opened on first use; closed again when unused for long)."""
+        reader = self._reader
+        if reader is None or reader.closed:
+            reader = self._reader = SegmentFile(self.log_path, "rb")
+        OPEN_READERS.touch(self)
+        return reader
+
+    def drop_reader(self) -> None:
+        """Let go of the read handle (it closes once no FileSlice in flight uses it)."""
+        self._reader = None
 
     def _header_at(self, position: int) -> BatchHeader | None:
         """The batch header at ``position``, or None if it is cut short or malformed."""
@@ -455,6 +463,7 @@ class LogSegment:
         if self._writer is not None:
             self.seal()
         self._reader = None
+        OPEN_READERS.forget(self)
 
     def delete(self) -> None:
         """Remove the files; in-flight FileSlices still read the unlinked data."""
@@ -462,6 +471,7 @@ class LogSegment:
             os.close(self._writer)
             self._writer = None
         self._reader = None
+        OPEN_READERS.forget(self)
         for path in (self.log_path, self.index_path, self.time_index_path):
             path.unlink(missing_ok=True)
 
@@ -491,3 +501,59 @@ def _drop_written(views: list[memoryview], written: int) -> None:
         else:
             views[0] = first[written:]
             written = 0
+
+
+class _ReaderCache:
+    """Segments whose shared read handle is open, least recently used first.
+
+    A broker with thousands of partitions would otherwise keep a read
+    descriptor for every segment it ever served, on top of each active
+    segment's write descriptor: 10,000 partitions used up a 20,000-descriptor
+    limit and the broker could accept no connection. Past ``limit`` open
+    readers, the least recently used one is dropped (and reopened on its
+    next read).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._segments: OrderedDict[int, LogSegment] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._segments)
+
+    def touch(self, segment: LogSegment) -> None:
+        key = id(segment)
+        segments = self._segments
+        if key in segments:
+            segments.move_to_end(key)
+            return
+        segments[key] = segment
+        while len(segments) > self.limit:
+            _, oldest = segments.popitem(last=False)
+            oldest.drop_reader()
+
+    def forget(self, segment: LogSegment) -> None:
+        self._segments.pop(id(segment), None)
+
+
+def _reader_limit() -> int:
+    """A quarter of the descriptor limit (writers, index files and sockets need the rest)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(64, (soft if soft != resource.RLIM_INFINITY else 1 << 16) // 4)
+
+
+#: Every segment reader of this process (see _ReaderCache).
+OPEN_READERS = _ReaderCache(_reader_limit())
+
+
+def raise_descriptor_limit() -> int:
+    """Raise this process's soft descriptor limit to the hard one (as the JVM does for Kafka)
+    and size the reader cache to it; returns the new soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard and (hard == resource.RLIM_INFINITY or soft < hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            logger.debug("cannot raise the descriptor limit from %s to %s", soft, hard)
+    OPEN_READERS.limit = _reader_limit()
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
