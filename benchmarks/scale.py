@@ -163,6 +163,14 @@ def _create(bootstrap: str, topics: list[str], partitions_each: int) -> None:
     raise RuntimeError("topics did not appear")
 
 
+def _delete(bootstrap: str, topics: list[str]) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics(topics, request_timeout=600).values():
+        future.result(600)
+
+
 def measure_curves(args: argparse.Namespace) -> list[dict[str, Any]]:
     points: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="kafkakit-scale-") as tmp:
@@ -191,6 +199,7 @@ def measure_curves(args: argparse.Namespace) -> list[dict[str, Any]]:
                                     print(f"{broker_kind:10s} {count:6d} {layout:10s} {client:9s} {role:7s} "
                                           f"{args.records / result['seconds']:12,.0f} rec/s "
                                           f"{result['cpu'] / args.records * 1e6:7.2f} us CPU/rec", flush=True)  # fmt: skip
+                                _delete(server.bootstrap_servers, topics)  # each point starts from an empty broker
             finally:
                 server.stop()
     return points
