@@ -232,7 +232,8 @@ class DuplicatingProxy:
     The copy goes first, on a connection of its own, and its answer is dropped: the
     broker moves the session to the next epoch, so the client's own request then
     carries a stale epoch. ``fetch_errors`` lists the top-level error code of every
-    Fetch response passed back to clients.
+    Fetch response passed back to clients, ``fetches`` the (session id, epoch) of every
+    Fetch request from them.
     """
 
     def __init__(self) -> None:
@@ -240,6 +241,7 @@ class DuplicatingProxy:
         self.armed = False
         self.duplicated = 0
         self.fetch_errors: list[int] = []
+        self.fetches: list[tuple[int, int]] = []
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -276,7 +278,9 @@ class DuplicatingProxy:
             api_key, version, correlation_id = struct.unpack_from(">hhi", frame, 4)
             if api_key == FETCH:
                 versions[correlation_id] = version
-                if self.armed and version >= 7 and _session_epoch(frame) > 0:
+                session = _session(frame) if version >= 7 else (0, -1)
+                self.fetches.append(session)
+                if self.armed and session[1] > 0:
                     self.armed = False
                     await self._send_copy(frame)
             writer.write(frame)
@@ -311,15 +315,16 @@ async def _read_frame(reader: asyncio.StreamReader) -> bytes:
     return size + await reader.readexactly(struct.unpack(">i", size)[0])
 
 
-def _session_epoch(frame: bytes) -> int:
-    """The session epoch of a Fetch v7+ request frame (request header v1 or v2)."""
+def _session(frame: bytes) -> tuple[int, int]:
+    """(session id, session epoch) of a Fetch v7+ request frame (request header v1 or v2)."""
     version = struct.unpack_from(">h", frame, 6)[0]
     (client_id_len,) = struct.unpack_from(">h", frame, 12)
     at = 14 + max(client_id_len, 0)
     if version >= 12:
         at += 1  # the header's tagged fields: none
     # replica_id, max_wait_ms, min_bytes, max_bytes (v3+), isolation_level (v4+), session_id, session_epoch
-    return int(struct.unpack_from(">i", frame, at + 4 + 4 + 4 + 4 + 1 + 4)[0])
+    session_id, epoch = struct.unpack_from(">ii", frame, at + 4 + 4 + 4 + 4 + 1)
+    return int(session_id), int(epoch)
 
 
 async def test_a_fetch_seen_twice_gets_invalid_epoch_and_the_consumer_recovers(tmp_path: Path) -> None:
@@ -348,12 +353,19 @@ async def test_a_fetch_seen_twice_gets_invalid_epoch_and_the_consumer_recovers(t
         for _ in range(5):  # the new session goes on incrementally
             assert await consumer.getmany(timeout_ms=100) == {}
         after = consumer.fetch_session_stats()
+        sessions_left = len(broker.state.fetch_sessions)
     finally:
         await consumer.stop()
         await broker.stop()
         await proxy.close()
     assert proxy.duplicated == 1
     assert INVALID_FETCH_SESSION_EPOCH in proxy.fetch_errors
+    # The Fetch after the error names the old session with epoch 0: the broker closes it and
+    # opens a new one, so only one session of this consumer is left in the cache.
+    failed = proxy.fetch_errors.index(INVALID_FETCH_SESSION_EPOCH)
+    old_id, _ = proxy.fetches[failed]
+    assert proxy.fetches[failed + 1] == (old_id, 0), proxy.fetches[failed - 1 : failed + 3]
+    assert sessions_left == 1
     _exactly_once(seen, tps, 6)
     assert after["session_resets"] > before["session_resets"], (before, after)
     assert after["full_requests"] > before["full_requests"], (before, after)

@@ -10,8 +10,14 @@ from its stale remembered offset. The broker answers with only the partitions
 that have something new, which is what makes a consumer of thousands of quiet
 partitions cheap on both sides.
 
-Any error (an unknown session, a wrong epoch, a lost connection) drops the
-session; the next Fetch is a full one and opens a new session.
+Any error (an unknown session, a wrong epoch, another top-level error, a lost
+connection) drops the session; the next Fetch is a full one and opens a new
+session. Unless the broker said it has no such session, that full Fetch also
+names the old one (session id, epoch 0), so the broker frees its slot instead of
+keeping it until its cache evicts it. A broker may answer a full Fetch with
+session id 0 (it keeps no session: its cache is full or disabled) or end a
+session by answering an incremental one with session id 0; either way the next
+Fetch is full again.
 """
 
 from __future__ import annotations
@@ -23,8 +29,10 @@ from kafkakit.structs import TopicPartition
 
 __all__ = ["FetchSessionHandler", "SessionRequest", "SessionStats", "fetch_topics", "forgotten_topics"]
 
+FETCH_SESSION_ID_NOT_FOUND = 70
+INVALID_FETCH_SESSION_EPOCH = 71
 #: Fetch error codes that mean "start a new session".
-SESSION_ERRORS = frozenset({70, 71})  # FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH
+SESSION_ERRORS = frozenset({FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH})
 #: Fetch v7 added sessions.
 FIRST_SESSION_VERSION = 7
 
@@ -63,16 +71,20 @@ class FetchSessionHandler:
     def __init__(self, stats: SessionStats) -> None:
         self.session_id = 0
         self.epoch = 0  # the epoch of the next request: 0 opens a session
+        self._close_id = 0  # a session the broker may still hold; the next full Fetch closes it
         self._sent: dict[TopicPartition, tuple[int, int]] = {}  # what the broker's session holds
         self._stats = stats
 
     def next_request(self, wanted: dict[TopicPartition, tuple[int, int]]) -> SessionRequest:
         """The request fetching ``wanted`` (partition -> (fetch offset, max bytes)) this round."""
         if not self.session_id:
-            request = SessionRequest(0, 0, [(tp, offset, size) for tp, (offset, size) in wanted.items()])
+            everything = [(tp, offset, size) for tp, (offset, size) in wanted.items()]
+            request = SessionRequest(self._close_id, 0, everything)
         else:
             sent = self._sent
-            changed = [(tp, offset, size) for tp, (offset, size) in wanted.items() if sent.get(tp) != (offset, size)]
+            changed = [
+                (tp, offset, size) for tp, (offset, size) in wanted.items() if sent.get(tp) != (offset, size)
+            ]
             forgotten = [tp for tp in sent if tp not in wanted]
             request = SessionRequest(self.session_id, self.epoch, changed, forgotten)
         stats = self._stats
@@ -86,15 +98,19 @@ class FetchSessionHandler:
 
     def on_response(self, request: SessionRequest, error_code: int, session_id: int) -> None:
         """Follow the broker's answer to ``request`` (call :meth:`reset` when it failed outright)."""
-        if error_code in SESSION_ERRORS:
-            self.reset()
-            return
         if error_code:
-            return  # another top-level error: the session is unchanged, the request is retried
+            # As the Java client: the broker has no such session (70), or it may hold one that is
+            # out of step with ours (a wrong epoch, any other top-level error): close it, start anew.
+            self.reset(close=error_code != FETCH_SESSION_ID_NOT_FOUND)
+            return
         if request.full:
             self.session_id = session_id  # 0: the broker keeps no session for us; the next one asks again
             self.epoch = 1
+            self._close_id = 0  # a full Fetch naming an old session closed it
             self._sent = {tp: (offset, size) for tp, offset, size in request.partitions}
+            return
+        if not session_id:  # the broker ended the session (Kafka does when it holds no partition)
+            self.reset(close=False)
             return
         self.epoch = self.epoch + 1 if self.epoch < 2**31 - 1 else 1
         for tp in request.forgotten:
@@ -102,13 +118,17 @@ class FetchSessionHandler:
         for tp, offset, size in request.partitions:
             self._sent[tp] = (offset, size)
 
-    def reset(self) -> None:
-        """Forget the session (the broker's is gone, or may be): the next Fetch is full."""
+    def reset(self, *, close: bool = True) -> None:
+        """Forget the session (the broker's is gone, or may be): the next Fetch is full, and names
+        the old session for the broker to close when ``close`` (it may still hold it)."""
         if self.session_id:
             self._stats.session_resets += 1
+            if close:
+                self._close_id = self.session_id
         self.session_id = 0
         self.epoch = 0
         self._sent = {}
+
 
 def fetch_topics(partitions: list[tuple[TopicPartition, int, int]]) -> list[dict[str, Any]]:
     """A Fetch request's ``topics`` for (partition, fetch offset, max bytes) entries."""

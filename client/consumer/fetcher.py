@@ -785,4 +785,3 @@ def _decode_committed(chunk: _Chunk, tp: TopicPartition, check_crc: bool) -> lis
     return decode_batch_list(
         chunk.data, batches, tp.topic, tp.partition, check_crc=False, min_offset=chunk.fetch_offset
     )
-
