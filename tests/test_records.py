@@ -693,6 +693,28 @@ def test_flat_batches_encode_as_tuple_batches(uniform: bool, codec: str, produce
         encode_flat_batch(flat[:-1])
 
 
+@pytest.mark.parametrize("uniform", [True, False])
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_several_flat_lists_encode_as_their_concatenation(uniform: bool, codec: str) -> None:
+    """encode_flat_batches (the producer's coalesced batches) gives the bytes of one batch of all
+    their records, in order, whether the lists are uniform, split unevenly or one is not uniform."""
+    from kafkakit.records import encode_flat_batch, encode_flat_batches
+
+    count = 5 * fastencode.MIN_RECORDS
+    records = [(None, b"v%04d" % i, BASE_TS + i % 7, ()) for i in range(count)]
+    if not uniform:
+        records[count - 3] = (b"key", records[count - 3][1], BASE_TS, [("h", b"x")])
+    flat = [item for record in records for item in record]
+    cuts = [0, 4, 4 * fastencode.MIN_RECORDS, 4 * (count - 2), 4 * count]  # a one-record list too
+    flats = [flat[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+    expected = encode_batch(records, compression=codec, producer_id=7, producer_epoch=1, base_sequence=40)
+    got = encode_flat_batches(flats, compression=codec, producer_id=7, producer_epoch=1, base_sequence=40)
+    assert got == expected
+    assert encode_flat_batch(flat, compression=codec, producer_id=7, producer_epoch=1, base_sequence=40) == expected
+    with pytest.raises(ValueError, match="four items per record"):
+        encode_flat_batches([flat[:4], flat[4:-1]])
+
+
 def test_request_frames_keep_large_fields_as_chunks() -> None:
     """A record batch of 64 KiB or more travels as its own chunk (not copied); the chunks join into the frame."""
     from kafkakit.protocol import ApiKey, encode_request, encode_request_chunks

@@ -52,7 +52,6 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from kafkakit.cluster import Cluster
@@ -76,7 +75,7 @@ from kafkakit.producer.idempotence import (
 from kafkakit.producer.transactions import choose_version
 from kafkakit.protocol.build import make_request, millis
 from kafkakit.protocol.framing import ApiKey
-from kafkakit.records import encode_flat_batch
+from kafkakit.records import encode_flat_batches
 from kafkakit.structs import TopicPartition
 
 if TYPE_CHECKING:
@@ -391,11 +390,11 @@ class Sender:
             # Never coalesced: one batch whose sequence (and bytes) survive retries.
             (batch,) = group
             if batch.encoded is None:  # the first send: encoded with the producer fields in place
-                records = batch.records
+                flats = [batch.records]
                 if batch.followers:
-                    records = list(chain(records, *(f.records for f in batch.followers)))
-                data = encode_flat_batch(
-                    records,
+                    flats += [f.records for f in batch.followers]
+                data = encode_flat_batches(
+                    flats,
                     compression=self._acc.compression,
                     producer_id=identity.producer_id,
                     producer_epoch=identity.epoch,
@@ -410,9 +409,7 @@ class Sender:
             return data
         if len(group) == 1:
             return group[0].encode(self._acc.compression)
-        return encode_flat_batch(
-            list(chain.from_iterable(b.records for b in group)), compression=self._acc.compression
-        )
+        return encode_flat_batches([b.records for b in group], compression=self._acc.compression)
 
     async def _send_request(
         self, node_id: int, conn: BrokerConnection, groups: list[tuple[PartitionQueue, list[ProducerBatch]]]

@@ -24,6 +24,7 @@ from .encoder import (
     build_control_batch,
     encode_batch,
     encode_flat_batch,
+    encode_flat_batches,
     encode_headers,
     encode_values,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "decompress",
     "encode_batch",
     "encode_flat_batch",
+    "encode_flat_batches",
     "encode_headers",
     "encode_values",
     "iter_batch_headers",

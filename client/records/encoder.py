@@ -25,7 +25,7 @@ from kafkakit.errors import KafkaConfigError
 
 from .compression import Compression, compress
 from .fastencode import MIN_RECORDS as UNIFORM_MIN_RECORDS
-from .fastencode import encode_uniform_flat, encode_uniform_records
+from .fastencode import encode_uniform_columns, encode_uniform_flat, encode_uniform_records
 from .header import (
     CONTROL_MASK,
     HEADER_SIZE,
@@ -39,6 +39,7 @@ __all__ = [
     "RecordTuple",
     "BatchBuilder",
     "encode_flat_batch",
+    "encode_flat_batches",
     "encode_headers",
     "encode_batch",
     "encode_values",
@@ -411,16 +412,46 @@ def encode_flat_batch(
     allocate no object the cyclic garbage collector tracks, where a tuple per
     record would drive a young-generation collection every few hundred sends.
     """
-    count, rest = divmod(len(flat), 4)
-    if not count or rest:
-        raise ValueError(f"a flat record list holds four items per record and at least one record, not {len(flat)}")
+    return encode_flat_batches(
+        [flat],
+        compression=compression,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        transactional=transactional,
+    )
+
+
+def encode_flat_batches(
+    flats: Sequence[list[Any]],
+    *,
+    compression: int | str | None = Compression.NONE,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    transactional: bool = False,
+) -> bytes:
+    """:func:`encode_flat_batch` for the records of several flat lists, in order, as one batch.
+
+    The producer coalesces its queued batches of a partition this way. Joining
+    the lists first would cost little in itself, but a fresh list of a few
+    hundred kilobytes per request made glibc hand memory back to the system and
+    fault it in again for the batch bytes: 2.2x the encoding time (0.66 ms ->
+    1.44 ms for 9,000 records). The columns are gathered list by list instead.
+    """
+    count, rest = divmod(sum(map(len, flats)), 4)
+    if not count or rest or any(len(flat) % 4 for flat in flats):
+        sizes = [len(flat) for flat in flats]
+        raise ValueError(f"a flat record list holds four items per record and at least one record, not {sizes}")
     codec = as_codec(compression)
     attributes = TRANSACTIONAL_MASK if transactional else 0
-    uniform = encode_uniform_flat(flat, room=HEADER_SIZE) if count >= UNIFORM_MIN_RECORDS else None
+    uniform = _encode_uniform_flats(flats) if count >= UNIFORM_MIN_RECORDS else None
     data: bytes | memoryview
     if uniform is None:
-        columns = flat[0::4], flat[1::4], flat[2::4], flat[3::4]
-        data, base_ts, max_ts = _encode_records_slowly(list(zip(*columns, strict=True)))
+        records: list[Any] = []
+        for flat in flats:
+            records += zip(flat[0::4], flat[1::4], flat[2::4], flat[3::4], strict=True)
+        data, base_ts, max_ts = _encode_records_slowly(records)
     else:
         view, base_ts, max_ts = uniform
         if not codec:  # the header goes in front of the records, in the same buffer: one copy out
@@ -430,6 +461,20 @@ def encode_flat_batch(
     return _finish_batch(
         data, count, base_ts, max_ts, codec, attributes, producer_id, producer_epoch, base_sequence
     )
+
+
+def _encode_uniform_flats(flats: Sequence[list[Any]]) -> tuple[memoryview, int, int] | None:
+    """The uniform encoder (room for the header in front) over several flat lists, or None."""
+    if len(flats) == 1:
+        return encode_uniform_flat(flats[0], room=HEADER_SIZE)
+    values: list[Any] = []
+    stamps: list[Any] = []
+    for flat in flats:
+        if flat[0::4].count(None) * 4 != len(flat) or any(flat[3::4]):
+            return None  # a key or a header: not uniform
+        values += flat[1::4]
+        stamps += flat[2::4]
+    return encode_uniform_columns([None] * len(values), values, stamps, [], room=HEADER_SIZE)
 
 
 def _pack_header(
