@@ -84,6 +84,11 @@ class ClusterMetadata:
             return None
         return info.leader
 
+    def partition(self, tp: TopicPartition) -> PartitionInfo | None:
+        """What the metadata says of ``tp`` (leader, replicas, leader epoch), if anything."""
+        topic = self.topics.get(tp.topic)
+        return None if topic is None else topic.partitions.get(tp.partition)
+
     def partitions_for(self, topic: str) -> list[int] | None:
         meta = self.topics.get(topic)
         if meta is None or meta.error_code:
@@ -101,8 +106,9 @@ class ClusterMetadata:
             if t.name is None:
                 continue
             meta = TopicMetadata(t.name, getattr(t, "topic_id", None), bool(getattr(t, "is_internal", False)), error_code=int(t.error_code))
+            known = self.topics.get(t.name)
             for p in t.partitions:
-                meta.partitions[int(p.partition_index)] = PartitionInfo(
+                info = PartitionInfo(
                     t.name,
                     int(p.partition_index),
                     int(p.leader_id),
@@ -110,6 +116,13 @@ class ClusterMetadata:
                     tuple(int(r) for r in p.isr_nodes),
                     int(getattr(p, "leader_epoch", -1)),
                 )
+                if known is not None and known.topic_id == meta.topic_id:
+                    # KIP-320: a broker that has not caught up yet may answer with an older
+                    # leader (a lower leader epoch): keep the newer view, as the Java client does.
+                    before = known.partitions.get(info.partition)
+                    if before is not None and info.leader_epoch < before.leader_epoch:
+                        info = before
+                meta.partitions[info.partition] = info
             if meta.error_code and t.name in topics and meta.error_code not in (3,):
                 continue  # keep the last good view through a transient error
             topics[t.name] = meta

@@ -7,6 +7,8 @@ with the code attached.  ``retriable`` follows Apache Kafka's classification.
 
 from __future__ import annotations
 
+from typing import Any
+
 from kio.schema.errors import ErrorCode
 
 
@@ -142,6 +144,20 @@ class UnknownServerError(BrokerResponseError):
 
 class OffsetOutOfRangeError(BrokerResponseError):
     code = 1  # OFFSET_OUT_OF_RANGE
+
+
+class LogTruncationError(OffsetOutOfRangeError):  # type: ignore[misc]
+    """The partition's new leader does not hold the records before the consumer's position
+    (KIP-320: an unclean leader election truncated the log), and ``auto_offset_reset="none"``.
+
+    ``divergent_offsets`` maps each partition to the first offset where the consumer's log and
+    the leader's differ (None when the leader knows nothing of the consumer's epoch); seek
+    there, or elsewhere, to go on.
+    """
+
+    def __init__(self, message: str = "", divergent_offsets: dict[Any, int | None] | None = None) -> None:
+        super().__init__(message)
+        self.divergent_offsets: dict[Any, int | None] = dict(divergent_offsets or {})
 
 
 class CorruptMessageError(BrokerResponseError):

@@ -21,10 +21,12 @@ class TopicPartition(NamedTuple):
 
 
 class OffsetAndMetadata(NamedTuple):
-    """A committed offset with its metadata string."""
+    """A committed offset with its metadata string and, when known, the leader epoch of the
+    record before it (KIP-320: lets a consumer that resumes there detect log truncation)."""
 
     offset: int
     metadata: str = ""
+    leader_epoch: int | None = None
 
 
 class OffsetAndTimestamp(NamedTuple):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import kafkakit.consumer.fetcher as fetcher_module
 import pytest
 from kafkakit.consumer import Consumer
-from kafkakit.consumer.fetcher import Fetcher, FetcherConfig, PartitionState, _Chunk, _decode_committed
+from kafkakit.consumer import partition_state as partition_state_module
+from kafkakit.consumer.fetcher import Fetcher, FetcherConfig, _decode_committed
+from kafkakit.consumer.partition_state import Chunk, PartitionState
 from kafkakit.errors import CorruptRecordError, IllegalStateError, KafkaConfigError
 from kafkakit.records import (
     build_control_batch,
@@ -90,11 +91,11 @@ PID_ABORTED = 7
 PID_COMMITTED = 8
 
 
-def _chunk(data: bytes, fetch_offset: int, next_offset: int, aborted: list[tuple[int, int]] | None) -> _Chunk:
-    return _Chunk(data, fetch_offset, next_offset, aborted, list(iter_batch_headers(data)))
+def _chunk(data: bytes, fetch_offset: int, next_offset: int, aborted: list[tuple[int, int]] | None) -> Chunk:
+    return Chunk(data, fetch_offset, next_offset, aborted, list(iter_batch_headers(data)))
 
 
-def _decode_all(chunk: _Chunk, tp: TopicPartition, check_crc: bool) -> list[Any]:
+def _decode_all(chunk: Chunk, tp: TopicPartition, check_crc: bool) -> list[Any]:
     """Every record of the chunk, decoded piece by piece as the fetcher does."""
     out: list[Any] = []
     while chunk.next_batch < len(chunk.batches):
@@ -196,7 +197,7 @@ def _batches(sizes: list[int], base_offset: int) -> bytes:
 def test_getmany_hands_out_a_fetch_one_piece_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without max_records each drain returns the next piece (whole batches up to the piece size);
     the position follows every record handed out and ends past the trailing control batch."""
-    monkeypatch.setattr(fetcher_module, "_PIECE_RECORDS", 100)
+    monkeypatch.setattr(partition_state_module, "PIECE_RECORDS", 100)
     data = _batches([60, 30, 50, 250, 10], 100) + _marker(PID_COMMITTED, 500, commit=True)
     state = PartitionState(TP, 1 << 20)
     state.seek(100)
@@ -215,7 +216,7 @@ def test_getmany_hands_out_a_fetch_one_piece_at_a_time(monkeypatch: pytest.Monke
 
 
 def test_max_records_cuts_across_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fetcher_module, "_PIECE_RECORDS", 100)
+    monkeypatch.setattr(partition_state_module, "PIECE_RECORDS", 100)
     data = _batches([60, 30, 50, 250, 10], 0)
     state = PartitionState(TP, 1 << 20)
     state.seek(20)  # the fetch started inside the first batch
@@ -232,7 +233,7 @@ def test_max_records_cuts_across_pieces(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_a_failing_deserializer_loses_no_records(monkeypatch: pytest.MonkeyPatch) -> None:
     """The piece whose deserialization raised is decoded again by the next drain, not skipped."""
-    monkeypatch.setattr(fetcher_module, "_PIECE_RECORDS", 10)
+    monkeypatch.setattr(partition_state_module, "PIECE_RECORDS", 10)
     failures = [1]
 
     def flaky(value: bytes) -> str:

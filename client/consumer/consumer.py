@@ -28,9 +28,10 @@ from kafkakit.protocol.framing import ApiKey, request_class, response_class
 from kafkakit.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 from .assignors import CooperativeStickyAssignor, RangeAssignor
-from .fetcher import Deserializer, Fetcher, FetcherConfig, PartitionState
+from .fetcher import Deserializer, Fetcher, FetcherConfig
 from .group import GroupConfig, GroupCoordinator, GroupMetadata, check_assignors
 from .offsets import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED, list_offsets
+from .partition_state import PartitionState
 from .range_reader import FetchedRange, RangeSettings, read_range
 from .subscription import ConsumerRebalanceListener, SubscriptionState
 
@@ -435,10 +436,7 @@ class Consumer:
         """
         group = self._require_group("commit()")
         if offsets is None:
-            checked = {
-                tp: OffsetAndMetadata(o, "")
-                for tp, o in self._fetcher.positions(self._fetcher.assignment()).items()
-            }
+            checked = self._fetcher.committable(self._fetcher.assignment())
         else:
             checked = _check_offsets(offsets)
         await group.commit(checked)
@@ -502,11 +500,16 @@ class Consumer:
                 self._fetcher.seek(state.tp, found[state.tp].offset)
 
     async def position(self, partition: TopicPartition) -> int:
-        """The offset of the next record ``getmany`` returns for ``partition``."""
+        """The offset of the next record ``getmany`` returns for ``partition``.
+
+        Waits, as the Java consumer does, until the position is known and checked against the
+        partition's current leader (KIP-320; this raises LogTruncationError where getmany would).
+        """
         self._check_running()
         state = self._state(partition)
-        while state.position is None:
+        while state.position is None or state.validating:
             await self._fetcher.ensure_positions([state])
+            await self._fetcher.ensure_validated(state)
         return state.position
 
     def highwater(self, partition: TopicPartition) -> int | None:
@@ -725,13 +728,14 @@ def _check_offsets(
             or not isinstance(tp[1], int)
         ):
             raise TypeError(f"commit() keys must be TopicPartition, got {tp!r}")
+        epoch = None
         if isinstance(value, OffsetAndMetadata):
-            offset, metadata = value.offset, value.metadata
+            offset, metadata, epoch = value.offset, value.metadata, value.leader_epoch
         else:
             offset, metadata = value, ""
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ValueError(f"offset for {tp} must be a non-negative integer, got {offset!r}")
         if metadata is not None and not isinstance(metadata, str):
             raise TypeError(f"commit metadata for {tp} must be a string, got {metadata!r}")
-        checked[TopicPartition(tp[0], tp[1])] = OffsetAndMetadata(offset, metadata or "")
+        checked[TopicPartition(tp[0], tp[1])] = OffsetAndMetadata(offset, metadata or "", epoch)
     return checked

@@ -23,11 +23,14 @@ Fetch is full again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from kafkakit.structs import TopicPartition
 
-__all__ = ["FetchSessionHandler", "SessionRequest", "SessionStats", "fetch_topics", "forgotten_topics"]
+__all__ = ["FetchEntry", "FetchSessionHandler", "SessionRequest", "SessionStats", "fetch_topics", "forgotten_topics"]
+
+#: One partition of a Fetch: (partition, fetch offset, max bytes, current leader epoch).
+FetchEntry: TypeAlias = tuple[TopicPartition, int, int, int]
 
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71
@@ -57,7 +60,7 @@ class SessionRequest:
 
     session_id: int
     epoch: int
-    partitions: list[tuple[TopicPartition, int, int]]  # (partition, fetch offset, max bytes) to send
+    partitions: list[FetchEntry]  # (partition, fetch offset, max bytes, current leader epoch) to send
     forgotten: list[TopicPartition] = field(default_factory=list)
 
     @property
@@ -72,19 +75,20 @@ class FetchSessionHandler:
         self.session_id = 0
         self.epoch = 0  # the epoch of the next request: 0 opens a session
         self._close_id = 0  # a session the broker may still hold; the next full Fetch closes it
-        self._sent: dict[TopicPartition, tuple[int, int]] = {}  # what the broker's session holds
+        self._sent: dict[TopicPartition, tuple[int, int, int]] = {}  # what the broker's session holds
         self._stats = stats
 
-    def next_request(self, wanted: dict[TopicPartition, tuple[int, int]]) -> SessionRequest:
-        """The request fetching ``wanted`` (partition -> (fetch offset, max bytes)) this round."""
+    def next_request(self, wanted: dict[TopicPartition, tuple[int, int, int]]) -> SessionRequest:
+        """The request fetching ``wanted`` (partition -> (fetch offset, max bytes, leader epoch)) this round.
+
+        A partition whose leader epoch changed is sent again, as one whose offset or size did.
+        """
         if not self.session_id:
-            everything = [(tp, offset, size) for tp, (offset, size) in wanted.items()]
+            everything = [(tp, *entry) for tp, entry in wanted.items()]
             request = SessionRequest(self._close_id, 0, everything)
         else:
             sent = self._sent
-            changed = [
-                (tp, offset, size) for tp, (offset, size) in wanted.items() if sent.get(tp) != (offset, size)
-            ]
+            changed = [(tp, *entry) for tp, entry in wanted.items() if sent.get(tp) != entry]
             forgotten = [tp for tp in sent if tp not in wanted]
             request = SessionRequest(self.session_id, self.epoch, changed, forgotten)
         stats = self._stats
@@ -107,7 +111,7 @@ class FetchSessionHandler:
             self.session_id = session_id  # 0: the broker keeps no session for us; the next one asks again
             self.epoch = 1
             self._close_id = 0  # a full Fetch naming an old session closed it
-            self._sent = {tp: (offset, size) for tp, offset, size in request.partitions}
+            self._sent = {tp: (offset, size, epoch) for tp, offset, size, epoch in request.partitions}
             return
         if not session_id:  # the broker ended the session (Kafka does when it holds no partition)
             self.reset(close=False)
@@ -115,8 +119,8 @@ class FetchSessionHandler:
         self.epoch = self.epoch + 1 if self.epoch < 2**31 - 1 else 1
         for tp in request.forgotten:
             self._sent.pop(tp, None)
-        for tp, offset, size in request.partitions:
-            self._sent[tp] = (offset, size)
+        for tp, offset, size, epoch in request.partitions:
+            self._sent[tp] = (offset, size, epoch)
 
     def reset(self, *, close: bool = True) -> None:
         """Forget the session (the broker's is gone, or may be): the next Fetch is full, and names
@@ -130,14 +134,14 @@ class FetchSessionHandler:
         self._sent = {}
 
 
-def fetch_topics(partitions: list[tuple[TopicPartition, int, int]]) -> list[dict[str, Any]]:
-    """A Fetch request's ``topics`` for (partition, fetch offset, max bytes) entries."""
+def fetch_topics(partitions: list[FetchEntry]) -> list[dict[str, Any]]:
+    """A Fetch request's ``topics`` for (partition, fetch offset, max bytes, leader epoch) entries."""
     topics: dict[str, list[dict[str, Any]]] = {}
-    for tp, offset, max_bytes in partitions:
+    for tp, offset, max_bytes, leader_epoch in partitions:
         topics.setdefault(tp.topic, []).append(
             {
                 "partition": tp.partition,
-                "current_leader_epoch": -1,
+                "current_leader_epoch": leader_epoch,  # KIP-320: the broker fences a stale view
                 "fetch_offset": offset,
                 "last_fetched_epoch": -1,
                 "log_start_offset": -1,

@@ -3,7 +3,7 @@
 One loop task decides what to fetch; each broker gets at most one Fetch in
 flight, covering every assigned, unpaused partition it leads whose buffered
 bytes are below the prefetch threshold. Responses are stored undecoded (one
-:class:`_Chunk` per partition and response); records are decoded only when the
+:class:`Chunk` per partition and response); records are decoded only when the
 application drains them in ``getmany``, so decoding never competes with
 fetching and data that a ``seek`` throws away is never decoded. A chunk is
 decoded a piece (a few thousand records) at a time, and ``getmany`` without
@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeAlias
 
@@ -35,12 +34,11 @@ from kafkakit.errors import (
 )
 from kafkakit.protocol.framing import ApiKey
 from kafkakit.records import (
-    BatchHeader,
     decode_batch_list,
     iter_batch_headers,
     visible_batches,
 )
-from kafkakit.structs import ConsumerRecord, TopicPartition
+from kafkakit.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 
 from .fetch_session import (
     FIRST_SESSION_VERSION,
@@ -52,13 +50,15 @@ from .fetch_session import (
     forgotten_topics,
 )
 from .offsets import EARLIEST, LATEST, READ_COMMITTED, list_offsets
+from .partition_state import NO_EPOCH, Chunk, PartitionState
+from .validation import PositionValidator
 
 log = logging.getLogger(__name__)
 
 Record: TypeAlias = ConsumerRecord[Any, Any]
 Deserializer: TypeAlias = Callable[[Any], Any]
 #: Where newly assigned partitions start when the consumer has a group: committed offsets.
-CommittedLookup: TypeAlias = Callable[[list[TopicPartition]], Awaitable[dict[TopicPartition, int]]]
+CommittedLookup: TypeAlias = Callable[[list[TopicPartition]], Awaitable[dict[TopicPartition, OffsetAndMetadata]]]
 
 _OFFSET_OUT_OF_RANGE = 1
 # Partition errors that a metadata refresh (and a retry) fixes: unknown topic or
@@ -119,95 +119,6 @@ class FetcherConfig:
         self.value_deserializer = value_deserializer
 
 
-#: A decoding step takes whole batches up to about this many records (at least one batch) ...
-_PIECE_RECORDS = 4096
-#: ... or this many bytes on the wire. Records handed out in such small steps are still in the
-#: CPU cache when the application reads them (decoding a whole 8 MiB fetch at once is ~30% slower).
-_PIECE_BYTES = 1 << 20
-
-
-class _Chunk:
-    """The records bytes one Fetch response returned for one partition, decoded a piece at a time."""
-
-    __slots__ = ("data", "fetch_offset", "next_offset", "aborted", "batches", "next_batch", "records", "index")
-
-    def __init__(
-        self,
-        data: bytes,
-        fetch_offset: int,
-        next_offset: int,
-        aborted: list[tuple[int, int]] | None,
-        batches: list[tuple[int, BatchHeader]],
-    ) -> None:
-        self.data = data
-        self.fetch_offset = fetch_offset  # records below it belong to an earlier position
-        self.next_offset = next_offset  # one past the last complete batch
-        self.aborted = aborted  # (producer id, first offset) of aborted transactions, read_committed only
-        self.batches = batches  # (position, header) of every complete batch in data
-        self.next_batch = 0  # batches[next_batch:] are not decoded yet
-        self.records: list[Record] = []  # the decoded piece being handed out
-        self.index = 0  # records[:index] were handed out
-
-    def next_piece(self) -> list[tuple[int, BatchHeader]]:
-        """The next batches to decode: at least one, more while they stay within the piece limits."""
-        batches = self.batches
-        first = stop = self.next_batch
-        count = size = 0
-        while stop < len(batches):
-            header = batches[stop][1]
-            count += header.record_count
-            size += header.batch_length
-            if stop > first and (count > _PIECE_RECORDS or size > _PIECE_BYTES):
-                break
-            stop += 1
-        self.next_batch = stop
-        return batches[first:stop]
-
-
-class PartitionState:
-    """Position, buffered data and fetch bookkeeping of one assigned partition."""
-
-    __slots__ = (
-        "tp",
-        "position",
-        "fetch_offset",
-        "paused",
-        "epoch",
-        "chunks",
-        "buffered_bytes",
-        "in_flight",
-        "error",
-        "highwater",
-        "last_stable_offset",
-        "log_start_offset",
-        "max_bytes",
-    )
-
-    def __init__(self, tp: TopicPartition, max_bytes: int) -> None:
-        self.tp = tp
-        self.position: int | None = None
-        self.fetch_offset: int | None = None
-        self.paused = False
-        self.epoch = 0
-        self.chunks: deque[_Chunk] = deque()
-        self.buffered_bytes = 0
-        self.in_flight = False
-        self.error: BaseException | None = None
-        self.highwater: int | None = None
-        self.last_stable_offset: int | None = None
-        self.log_start_offset: int | None = None
-        self.max_bytes = max_bytes
-
-    def seek(self, offset: int | None) -> None:
-        """Move to ``offset`` (None = reset by policy), dropping buffered and in-flight data."""
-        self.position = offset
-        self.fetch_offset = offset
-        self.epoch += 1
-        self.chunks.clear()
-        self.buffered_bytes = 0
-        self.error = None
-
-
 class Fetcher:
     """Prefetches records for the assigned partitions and hands them out on demand."""
 
@@ -223,6 +134,8 @@ class Fetcher:
         self._data_ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._reset_task: asyncio.Task[None] | None = None
+        self._validate_task: asyncio.Task[None] | None = None
+        self._validator = PositionValidator(cluster, config.auto_offset_reset, config.retry_backoff, config.request_timeout, self._data_ready)
         self._next_refresh = 0.0
         self._closed = False
         self._rotation = 0
@@ -237,7 +150,11 @@ class Fetcher:
     async def close(self) -> None:
         self._closed = True
         self._data_ready.set()
-        tasks = [t for t in (self._task, self._reset_task, *self._in_flight.values()) if t is not None]
+        tasks = [
+            t
+            for t in (self._task, self._reset_task, self._validate_task, *self._in_flight.values())
+            if t is not None
+        ]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -292,6 +209,15 @@ class Fetcher:
                 out[tp] = state.position
         return out
 
+    def committable(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The known positions of the assigned ones among ``partitions``, with their leader epochs."""
+        out = {}
+        for tp in partitions:
+            state = self._states.get(tp)
+            if state is not None and state.position is not None:
+                out[tp] = OffsetAndMetadata(state.position, "", state.position_epoch())
+        return out
+
     def wake_waiters(self) -> None:
         """Wake getmany/getone so they notice a stop or a fatal group error."""
         self._data_ready.set()
@@ -310,9 +236,22 @@ class Fetcher:
                 error, state.error = state.error, None
                 raise error
 
+    async def ensure_validated(self, state: PartitionState) -> None:
+        """Wait until ``state``'s position is checked against its leader (or raise what that found)."""
+        while state.validating and state.error is None:
+            self._wake()
+            task = self._validate_task
+            if task is not None and not task.done():
+                await asyncio.wait([task])
+            else:
+                await asyncio.sleep(min(self._config.retry_backoff, 0.05))
+        self.raise_pending_error([state])
+
     async def _reset_positions(self, states: list[PartitionState]) -> None:
         if self.committed_lookup is not None:
-            states = await self._positions_from_committed(states)
+            # Not for a position the leader disowned (KIP-320): its committed offset is that position.
+            by_policy = [s for s in states if s.reset_by_policy]
+            states = by_policy + await self._positions_from_committed([s for s in states if not s.reset_by_policy])
             if not states:
                 self._wake()
                 return
@@ -362,11 +301,11 @@ class Fetcher:
         for s in states:
             if s.epoch != epochs[s.tp] or s.position is not None:
                 continue  # seeked meanwhile
-            offset = committed.get(s.tp)
-            if offset is None:
+            found = committed.get(s.tp)
+            if found is None:
                 remaining.append(s)
             else:
-                s.seek(offset)
+                s.seek(found.offset, found.leader_epoch)
         return remaining
 
     # -- handing records to the application ------------------------------
@@ -470,7 +409,7 @@ class Fetcher:
         state.position = chunk.next_offset
         self._wake()
 
-    def _decode(self, state: PartitionState, chunk: _Chunk) -> list[Record]:
+    def _decode(self, state: PartitionState, chunk: Chunk) -> list[Record]:
         tp = state.tp
         check_crcs = self._config.check_crcs
         first = chunk.next_batch
@@ -577,8 +516,11 @@ class Fetcher:
                 cluster.request_metadata_update()
                 retry_in = self._config.retry_backoff
                 continue
+            if state.validating or not self._leader_epoch_current(state):
+                continue  # the position is checked against the new leader first (KIP-320)
             if leader not in self._in_flight:
                 by_node.setdefault(leader, []).append(state)
+        self._start_validations()
         for node, states in by_node.items():
             for state in states:
                 state.in_flight = True
@@ -594,6 +536,32 @@ class Fetcher:
             if state.error is None:
                 state.error = error
         self._data_ready.set()
+
+    def _leader_epoch_current(self, state: PartitionState) -> bool:
+        """Follow the partition's leader epoch in metadata; False when the position needs checking.
+
+        A new leader epoch after data was fetched under an older one means a new leader, whose
+        log may have lost what this consumer read (an unclean election): the position goes to
+        validation when its epoch is known. (Older metadata never replaces newer: see
+        ``ClusterMetadata.update``.)
+        """
+        info = self._cluster.metadata.partition(state.tp)
+        leader_epoch = info.leader_epoch if info is not None else NO_EPOCH
+        if leader_epoch == state.leader_epoch:
+            return True
+        if state.leader_epoch != NO_EPOCH and leader_epoch > state.leader_epoch and state.position_epoch() is not None:
+            state.validating = True
+            return False
+        state.leader_epoch = leader_epoch
+        return True
+
+    def _start_validations(self) -> None:
+        if self._validate_task is not None and not self._validate_task.done():
+            return
+        need = [s for s in self._states.values() if s.validating and s.error is None and s.position is not None]
+        if need:
+            self._validate_task = asyncio.create_task(self._validator.validate(need), name="kafkakit-validate-positions")
+            self._validate_task.add_done_callback(lambda _t: self._wake())
 
     def _start_resets(self) -> None:
         if self._reset_task is not None and not self._reset_task.done():
@@ -632,7 +600,7 @@ class Fetcher:
         config = self._config
         conn = await self._cluster.connection(node)
         sent = {s.tp: (s.epoch, s.fetch_offset) for s in states}
-        wanted = {s.tp: (s.fetch_offset, s.max_bytes) for s in states if s.fetch_offset is not None}
+        wanted = {s.tp: (s.fetch_offset, s.max_bytes, s.leader_epoch) for s in states if s.fetch_offset is not None}
         session = self._sessions.get(node)
         if session is None:
             session = self._sessions[node] = FetchSessionHandler(self.session_stats)
@@ -640,7 +608,7 @@ class Fetcher:
             plan = session.next_request(wanted)
             session_fields = {"session_id": plan.session_id, "session_epoch": plan.epoch}
         else:
-            plan = SessionRequest(0, -1, [(tp, offset, size) for tp, (offset, size) in wanted.items()])
+            plan = SessionRequest(0, -1, [(tp, *entry) for tp, entry in wanted.items()])
             session_fields = {"session_id": 0, "session_epoch": -1}
         request = conn.request(
             ApiKey.FETCH,
@@ -702,6 +670,7 @@ class Fetcher:
         if not batches:
             self._grow_fetch_size(state, len(data))
             return False
+        state.note_epochs(batches)
         last = batches[-1][1]
         next_offset = last.base_offset + last.last_offset_delta + 1
         state.max_bytes = self._config.partition_max_bytes
@@ -713,7 +682,7 @@ class Fetcher:
             aborted = sorted(
                 ((int(a.producer_id), int(a.first_offset)) for a in p.aborted_transactions), key=lambda a: a[1]
             )
-        state.chunks.append(_Chunk(data, fetch_offset, next_offset, aborted, batches))
+        state.chunks.append(Chunk(data, fetch_offset, next_offset, aborted, batches))
         state.buffered_bytes += len(data)
         state.fetch_offset = next_offset
         self._data_ready.set()
@@ -771,7 +740,7 @@ def _deserialized(
     return [r._replace(key=key_des(r.key), value=value_des(r.value)) for r in records]
 
 
-def _decode_committed(chunk: _Chunk, tp: TopicPartition, check_crc: bool) -> list[Record]:
+def _decode_committed(chunk: Chunk, tp: TopicPartition, check_crc: bool) -> list[Record]:
     """Every data record of the chunk at or after its fetch offset, without the batches of aborted
     transactions (read_committed); decoded whole, not piece by piece.
 

@@ -264,7 +264,7 @@ class GroupCoordinator:
         self,
         listener: ConsumerRebalanceListener | None,
         owned: set[TopicPartition],
-        positions: dict[TopicPartition, int],
+        positions: dict[TopicPartition, OffsetAndMetadata],
         generation: int,
         member_id: str,
     ) -> None:
@@ -850,8 +850,8 @@ class GroupCoordinator:
 
     # -- offsets ------------------------------------------------------------------
 
-    def _positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return self._fetcher.positions(partitions)
+    def _positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata]:
+        return self._fetcher.committable(partitions)
 
     async def _maybe_auto_commit(self) -> None:
         if not self._config.enable_auto_commit or time.monotonic() < self._next_auto_commit:
@@ -865,17 +865,15 @@ class GroupCoordinator:
         else:
             positions = self._positions(self._fetcher.assignment())
             generation, member = NO_GENERATION, ""
-        changed = {tp: o for tp, o in positions.items() if self._last_committed.get(tp) != o}
+        changed = {tp: om for tp, om in positions.items() if self._last_committed.get(tp) != om.offset}
         if changed:
             await self._commit_quietly(changed, generation, member)
 
     async def _commit_quietly(
-        self, positions: Mapping[TopicPartition, int], generation: int, member: str
+        self, positions: Mapping[TopicPartition, OffsetAndMetadata], generation: int, member: str
     ) -> None:
         try:
-            await self._commit_offsets(
-                {tp: OffsetAndMetadata(o, "") for tp, o in positions.items()}, generation, member
-            )
+            await self._commit_offsets(positions, generation, member)
         except KafkaError as exc:
             log.warning("group %s: auto-commit of %s failed: %s", self._config.group_id, dict(positions), exc)
 
@@ -909,7 +907,7 @@ class GroupCoordinator:
                 {
                     "partition_index": tp.partition,
                     "committed_offset": om.offset,
-                    "committed_leader_epoch": -1,
+                    "committed_leader_epoch": -1 if om.leader_epoch is None else om.leader_epoch,
                     "committed_metadata": om.metadata,
                 }
             )
@@ -1011,8 +1009,9 @@ class GroupCoordinator:
                 codes.append(code)
                 offset = int(p.committed_offset)
                 if not code and offset >= 0:
+                    epoch = int(getattr(p, "committed_leader_epoch", -1))
                     result[TopicPartition(topic.name, int(p.partition_index))] = OffsetAndMetadata(
-                        offset, p.metadata or ""
+                        offset, p.metadata or "", epoch if epoch >= 0 else None
                     )
         for code in codes:
             if not code:
@@ -1025,10 +1024,9 @@ class GroupCoordinator:
             raise for_code(code)(f"OffsetFetch for group {self._config.group_id!r}")
         return result
 
-    async def committed_positions(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+    async def committed_positions(self, partitions: list[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata]:
         """The fetcher's hook: where newly assigned partitions start (committed offsets only)."""
-        found = await self.fetch_committed(partitions)
-        return {tp: om.offset for tp, om in found.items()}
+        return await self.fetch_committed(partitions)
 
 
 async def _wait(event: asyncio.Event, timeout: float) -> None:

@@ -121,9 +121,10 @@ async def _list_on_node(
     conn = await cluster.connection(node)
     topics: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for tp, ts in timestamps.items():
-        topics[tp.topic].append(
-            {"partition_index": tp.partition, "current_leader_epoch": -1, "timestamp": ts}
-        )
+        info = cluster.metadata.partition(tp)
+        # KIP-320: a broker whose leadership moved on answers FENCED_LEADER_EPOCH, not stale offsets.
+        epoch = info.leader_epoch if info is not None else -1
+        topics[tp.topic].append({"partition_index": tp.partition, "current_leader_epoch": epoch, "timestamp": ts})
     response = await conn.call(
         ApiKey.LIST_OFFSETS,
         replica_id=-1,

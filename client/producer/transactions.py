@@ -744,14 +744,14 @@ class TransactionManager:
 def _offset_topics(offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> list[dict[str, Any]]:
     topics: dict[str, list[dict[str, Any]]] = {}
     for tp, value in sorted(offsets.items()):
-        offset, metadata = (
-            (value.offset, value.metadata) if isinstance(value, OffsetAndMetadata) else (int(value), "")
-        )
+        om = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(int(value))
+        offset, metadata = om.offset, om.metadata
+        epoch = -1 if om.leader_epoch is None else om.leader_epoch
         topics.setdefault(tp.topic, []).append(
             {
                 "partition_index": tp.partition,
                 "committed_offset": offset,
-                "committed_leader_epoch": -1,
+                "committed_leader_epoch": epoch,
                 "committed_metadata": metadata,
             }
         )
