@@ -13,10 +13,10 @@ Faults (each method takes ``client_id=None``, meaning every connection):
 - ``drop()``: close matching connections (FIN) and close new ones at once.
 - ``reset()``: the same with a TCP RST (SO_LINGER 0, then close).
 - ``blackhole()``: a network cut: bytes are still accepted and read but neither
-  forwarded nor answered; they are held (up to ``max_held`` per direction, then
-  reading stops as a full TCP window would) and delivered in order once the
-  fault is cleared, as TCP would after a healed partition.  New connections are
-  accepted but never reach the broker while the cut lasts.
+  forwarded nor answered (they are discarded, so nothing a client gave up on
+  reaches the broker later).  New connections are accepted but never reach the
+  broker while the cut lasts.  A connection that lost bytes this way can never
+  carry a valid Kafka stream again, so ``clear()`` closes it; clients reconnect.
 - ``delay(seconds)``: every chunk waits ``seconds`` before it is forwarded, in
   each direction (a request/response round trip gains twice that).
 - ``throttle(bytes_per_second)``: each connection forwards at most that many
@@ -88,7 +88,9 @@ class ProxyCounters:
     bytes_to_client: int
     """Bytes forwarded from the broker to clients."""
     held_bytes: int
-    """Bytes read but held back right now (blackhole or delay)."""
+    """Bytes read but held back right now (delay or throttle)."""
+    blackholed_bytes: int
+    """Bytes read and discarded by ``blackhole`` (both directions)."""
     connections_by_client: dict[str | None, int] = field(default_factory=dict)
     """Connections per identified client_id (None: a null client_id)."""
 
@@ -106,6 +108,7 @@ class _Link:
         self.queues: tuple[deque[tuple[float, bytes]], deque[tuple[float, bytes]]] = (deque(), deque())
         self.held = [0, 0]
         self.eof = [False, False]  # the side read from has closed: close once its queue drains
+        self.cut = False  # bytes were discarded: the stream is broken for good
         self.wake = (asyncio.Event(), asyncio.Event())
         self.room = (asyncio.Event(), asyncio.Event())
         self.tasks: set[asyncio.Task[None]] = set()
@@ -137,7 +140,7 @@ class FaultProxy:
         self.name = name
         self._rules: dict[str | None, Fault] = {}
         self._links: set[_Link] = set()
-        self._counts = {"connections": 0, "refused": 0, "to_broker": 0, "to_client": 0}
+        self._counts = {"connections": 0, "refused": 0, "to_broker": 0, "to_client": 0, "blackholed": 0}
         self._by_client: dict[str | None, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -223,7 +226,7 @@ class FaultProxy:
         self._set(client_id, mode="reset")
 
     def blackhole(self, client_id: str | None = None) -> None:
-        """Read but never forward or answer: a network cut (held bytes flow again on ``clear``)."""
+        """Read but never forward or answer: a network cut (cut connections close on ``clear``)."""
         self._set(client_id, mode="blackhole")
 
     def delay(self, seconds: float, client_id: str | None = None) -> None:
@@ -268,6 +271,7 @@ class FaultProxy:
                 bytes_to_broker=self._counts["to_broker"],
                 bytes_to_client=self._counts["to_client"],
                 held_bytes=sum(sum(link.held) for link in self._links),
+                blackholed_bytes=self._counts["blackholed"],
                 connections_by_client=dict(self._by_client),
             )
 
@@ -410,10 +414,18 @@ class FaultProxy:
             pass
         self._close_link(link, rst=False)
 
-    def _forwardable(self, link: _Link, direction: int) -> bool:
-        if direction == _UP and not link.identified:
+    def _discard_if_cut(self, link: _Link, direction: int) -> bool:
+        """Under a blackhole, drop what is queued in ``direction``; True when the link is cut."""
+        if self._fault_of(link).mode != "blackhole":
             return False
-        return self._fault_of(link).mode != "blackhole"
+        queue = link.queues[direction]
+        while queue:
+            _, data = queue.popleft()
+            link.held[direction] -= len(data)
+            self._counts["blackholed"] += len(data)
+            link.cut = True
+        link.room[direction].set()
+        return True
 
     async def _write(self, link: _Link, direction: int) -> None:
         """Forward the queue of ``direction`` as faults allow."""
@@ -421,9 +433,15 @@ class FaultProxy:
         loop = asyncio.get_running_loop()
         try:
             while not link.closed:
+                if direction == _UP and not link.identified:
+                    cut = False  # nothing to forward before the client is known
+                else:
+                    cut = self._discard_if_cut(link, direction)
+                    if link.cut and not cut:
+                        break  # the blackhole was cleared: this stream lost bytes, close it
                 if not queue and link.eof[direction]:
                     break
-                if not queue or not self._forwardable(link, direction):
+                if not queue or cut or (direction == _UP and not link.identified):
                     link.wake[direction].clear()
                     await link.wake[direction].wait()
                     continue

@@ -42,8 +42,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
@@ -109,7 +109,6 @@ class _Node:
     proc: subprocess.Popen[bytes] | None = None
     paused: bool = False
     starts: int = 0
-    pids: list[int] = field(default_factory=list)
 
     @property
     def advertised_port(self) -> int:
@@ -470,7 +469,6 @@ class KafkaCluster:
                 preexec_fn=_die_with_parent,
             ).result()
         node.starts += 1
-        node.pids.append(node.proc.pid)
         node.paused = False
 
     def _wait_ready(self, node: _Node, timeout: float, *, expect: set[int]) -> None:
@@ -731,9 +729,15 @@ class KafkaCluster:
         replication_factor: int = -1,
         configs: Mapping[str, str] | None = None,
         *,
+        assignments: Mapping[int, Sequence[int]] | None = None,
         timeout: float = 60.0,
     ) -> None:
-        """Create a topic (CreateTopics, forwarded to the controller) and wait until it is healthy."""
+        """Create a topic (CreateTopics, forwarded to the controller) and wait until it is healthy.
+
+        ``assignments`` ({partition: [node ids, preferred leader first]}) replaces
+        ``partitions`` and ``replication_factor``, e.g. to put a leader on one node.
+        """
+        placed = [{"partition_index": p, "broker_ids": list(ids)} for p, ids in (assignments or {}).items()]
 
         def create(node: _Node) -> Any:
             return raw_request(
@@ -744,9 +748,9 @@ class KafkaCluster:
                 topics=[
                     {
                         "name": name,
-                        "num_partitions": partitions,
-                        "replication_factor": replication_factor,
-                        "assignments": [],
+                        "num_partitions": -1 if placed else partitions,
+                        "replication_factor": -1 if placed else replication_factor,
+                        "assignments": placed,
                         "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
                     }
                 ],
@@ -761,10 +765,11 @@ class KafkaCluster:
                 )
         self.wait_healthy([name], timeout=timeout)
 
-    def wait_healthy(self, topics: Iterable[str] = (), timeout: float = 60.0) -> None:
+    def wait_healthy(self, topics: Iterable[str] | None = (), timeout: float = 60.0) -> None:
         """Wait until every node runs, every live node lists all of them, and every partition of
-        ``topics`` has a leader and its full replica set in the ISR, as every node reports it."""
-        names = list(topics)
+        ``topics`` (None: of every topic) has a leader and its full replica set in the ISR, as
+        every node reports it."""
+        names = None if topics is None else list(topics)
 
         def healthy() -> bool:
             live = self._live()
@@ -773,7 +778,7 @@ class KafkaCluster:
             for node in live:
                 if sorted(self._metadata_brokers(node)) != self.node_ids:
                     return False
-                if not names:
+                if names == []:
                     continue
                 response = self._metadata(node, names)
                 for t in response.topics:
@@ -784,7 +789,21 @@ class KafkaCluster:
                             return False
             return True
 
-        wait_for(healthy, timeout=timeout, what=f"a healthy cluster (topics {names})")
+        wait_for(healthy, timeout=timeout, what=f"a healthy cluster (topics {names or 'all'})")
+
+    def heal(self, timeout: float = 90.0) -> None:
+        """Undo what a test did: clear every proxy's faults, resume paused nodes, start
+        stopped ones, and wait until every partition of every topic has its full ISR."""
+        for n in self.node_ids:
+            node = self._node(n)
+            if node.proxy is not None:
+                node.proxy.clear()
+            if node.paused:
+                self.resume(n)
+        for n in self.node_ids:
+            if not self.is_running(n):
+                self.start_node(n, timeout)
+        self.wait_healthy(None, timeout=timeout)
 
 
 def cluster_fixture(
