@@ -13,7 +13,7 @@ import logging
 import random
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kafkakit.errors import (
@@ -88,6 +88,20 @@ class ClusterMetadata:
         """What the metadata says of ``tp`` (leader, replicas, leader epoch), if anything."""
         topic = self.topics.get(tp.topic)
         return None if topic is None else topic.partitions.get(tp.partition)
+
+    def apply_leader_hint(self, tp: TopicPartition, leader: int, leader_epoch: int, brokers: list[BrokerInfo]) -> bool:
+        """KIP-951: take a new leader named in a Produce or Fetch error answer, when it is newer
+        than what the metadata knows and its address is known; True when it was taken."""
+        topic = self.topics.get(tp.topic)
+        info = None if topic is None else topic.partitions.get(tp.partition)
+        if topic is None or info is None or leader < 0 or leader_epoch <= info.leader_epoch:
+            return False
+        for broker in brokers:
+            self.brokers[broker.node_id] = broker
+        if leader not in self.brokers:
+            return False
+        topic.partitions[tp.partition] = replace(info, leader=leader, leader_epoch=leader_epoch)
+        return True
 
     def partitions_for(self, topic: str) -> list[int] | None:
         meta = self.topics.get(topic)
@@ -167,6 +181,7 @@ class Cluster:
         self._failures: dict[int, tuple[int, float]] = {}
         self._bootstrap_conn: BrokerConnection | None = None
         self._refresh: asyncio.Future[None] | None = None
+        self._closing: set[asyncio.Future[None]] = set()
         self._closed = False
 
     async def start(self) -> None:
@@ -248,6 +263,7 @@ class Cluster:
             await conn.connect()
         except KafkaError:
             self._failures[node_id] = (failures + 1, time.monotonic())
+            self.request_metadata_update()  # it may be down for good, or back on another address
             raise
         self._failures.pop(node_id, None)
         self._connections[node_id] = conn
@@ -312,30 +328,50 @@ class Cluster:
 
     async def _do_refresh(self) -> None:
         requested = set(self.wanted_topics)
-        deadline = time.monotonic() + self.request_timeout_ms / 1000
+        timeout = self.request_timeout_ms / 1000
+        deadline = time.monotonic() + timeout
         last_error: BaseException | None = None
         while time.monotonic() < deadline and not self._closed:
             try:
                 conn = await self.any_connection()
-                response = await self._fetch_metadata(conn, requested)
+                # A third of the budget per try: a broker that stopped answering (paused, cut
+                # off) times out, its connection closes, and the next try asks another one.
+                attempt = max(min(timeout / 3, deadline - time.monotonic()), 0.001)
+                response = await self._fetch_metadata(conn, requested, attempt)
             except KafkaError as exc:
                 if not exc.retriable:
                     raise  # authentication or authorization: retrying would only repeat it
                 last_error = exc
                 await asyncio.sleep(self.retry_backoff)
                 continue
+            before = self.metadata.brokers
             self.metadata.update(response, requested)
+            self._drop_moved_brokers(before)
             return
         raise KafkaConnectionError(f"metadata refresh failed: {last_error}") from last_error
 
-    async def _fetch_metadata(self, conn: BrokerConnection, topics: set[str]) -> Any:
-        return await conn.call(
+    def _drop_moved_brokers(self, before: dict[int, BrokerInfo]) -> None:
+        """Close connections to brokers whose address changed (one came back on another port)."""
+        for node_id, old in before.items():
+            new = self.metadata.brokers.get(node_id)
+            conn = self._connections.get(node_id)
+            if new is not None and conn is not None and (new.host, new.port) != (old.host, old.port):
+                log.info("broker %s moved from %s:%s to %s:%s", node_id, old.host, old.port, new.host, new.port)
+                del self._connections[node_id]
+                self._failures.pop(node_id, None)
+                task = asyncio.ensure_future(conn.close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
+
+    async def _fetch_metadata(self, conn: BrokerConnection, topics: set[str], timeout: float | None = None) -> Any:
+        request = conn.request(
             ApiKey.METADATA,
             topics=[{"name": t, "topic_id": None} for t in sorted(topics)],
             allow_auto_topic_creation=self.allow_auto_create_topics,
             include_cluster_authorized_operations=False,
             include_topic_authorized_operations=False,
         )
+        return await conn.send(request, timeout=timeout)
 
     async def fetch_all_topics_metadata(self) -> Any:
         """A Metadata response listing every topic (topics=null)."""

@@ -76,7 +76,7 @@ from kafkakit.producer.transactions import choose_version
 from kafkakit.protocol.build import make_request, millis
 from kafkakit.protocol.framing import ApiKey
 from kafkakit.records import encode_flat_batches
-from kafkakit.structs import TopicPartition
+from kafkakit.structs import BrokerInfo, TopicPartition
 
 if TYPE_CHECKING:
     from kafkakit.producer.transactions import TransactionManager
@@ -549,11 +549,28 @@ class Sender:
                     batch.solo = True
                     acc.requeue(pq, batch)
                 continue
+            moved = False
             if Cluster.is_refresh_error(code):
-                self._cluster.request_metadata_update()
+                moved = self._take_leader_hint(tp, result, response)
+                if not moved:
+                    self._cluster.request_metadata_update()
             error = for_code(code)(_describe(tp, result))
             for batch in reversed(group):
-                self._retry_or_fail(pq, batch, error, now)
+                # KIP-951: with the new leader known, the retry goes to it at once.
+                self._retry_or_fail(pq, batch, error, now, backoff=0.0 if moved else None)
+
+    def _take_leader_hint(self, tp: TopicPartition, result: Any, response: Any) -> bool:
+        """Use the new leader a Produce v10+ error answer names (KIP-951); True when taken."""
+        hint = getattr(result, "current_leader", None)
+        if hint is None or int(hint.leader_id) < 0:
+            return False
+        endpoints = [
+            BrokerInfo(int(n.node_id), n.host, int(n.port), n.rack) for n in getattr(response, "node_endpoints", ())
+        ]
+        taken = self._cluster.metadata.apply_leader_hint(tp, int(hint.leader_id), int(hint.leader_epoch), endpoints)
+        if taken:
+            log.info("%s-%s: leader moved to broker %s (epoch %s)", tp.topic, tp.partition, hint.leader_id, hint.leader_epoch)
+        return taken
 
     def _handle_idempotence_error(
         self, pq: PartitionQueue, batch: ProducerBatch, code: int, result: Any, now: float
@@ -636,11 +653,11 @@ class Sender:
                 self._retry_or_fail(pq, batch, error, now)
 
     def _retry_or_fail(
-        self, pq: PartitionQueue, batch: ProducerBatch, error: BaseException, now: float
+        self, pq: PartitionQueue, batch: ProducerBatch, error: BaseException, now: float, *, backoff: float | None = None
     ) -> None:
         batch.last_error = error
         if getattr(error, "retriable", False):
-            backoff = self._retry_backoff
+            backoff = self._retry_backoff if backoff is None else backoff
             if getattr(error, "code", None) == _CONCURRENT_TRANSACTIONS:
                 # TV2: the previous transaction's markers are still being written; clears in ms.
                 backoff = min(backoff, _CONCURRENT_BACKOFF)
