@@ -11,8 +11,7 @@ happens within seconds.  Each node has three listeners:
   from Metadata, goes through that node's proxy (``cluster.proxy(n)``).
 - ``INTERNAL``: replication between brokers, never proxied, so client-side
   faults do not disturb the cluster itself.
-- ``CONTROLLER``: the KRaft quorum (its port never changes, it is in every
-  node's ``controller.quorum.voters``).
+- ``CONTROLLER``: the KRaft quorum (fixed ports: they are in ``controller.quorum.voters``).
 
 Per node: ``kill(n)`` (SIGKILL), ``stop(n)`` (SIGTERM, controlled shutdown),
 ``start(n)``, ``restart(n, new_port=...)``, ``pause(n)``/``resume(n)``
@@ -57,17 +56,11 @@ from tests.fault_proxy import FaultProxy
 
 _T = TypeVar("_T")
 
-# Three JVMs share 2 cores with the tests: small heaps, serial GC, C1 only
-# (tests/../shared notes: all three register 10-15 s after launch).
+# Three JVMs share 2 cores with the tests: small heaps, serial GC, C1 only.
 KAFKA_CLUSTER_JVM_OPTS = (
-    "-Xmx384m",
-    "-Xms128m",
-    "-XX:+UseSerialGC",
-    "-XX:TieredStopAtLevel=1",
-    "-XX:CICompilerCount=1",
-    "-XX:-UsePerfData",
-    "-Djava.awt.headless=true",
-)
+    "-Xmx384m", "-Xms128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:CICompilerCount=1",
+    "-XX:-UsePerfData", "-Djava.awt.headless=true",
+)  # fmt: skip
 _LOG4J2_CONFIG = """\
 status = warn
 appender.out.type = Console
@@ -84,6 +77,8 @@ logger.network.level = WARN
 _HARNESS_CLIENT_ID = "kafka-cluster-harness"
 _CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 _COORDINATOR_NOT_AVAILABLE = 15
+_COORDINATOR_LOAD_IN_PROGRESS = 14
+_DESCRIBE_QUORUM = 55  # not in kafkakit's ApiKey: the client never sends it
 _KEY_TYPES = {"group": 0, "transaction": 1}
 
 
@@ -188,7 +183,7 @@ def wait_for(check: Callable[[], _T | None], *, timeout: float, what: str) -> _T
             result = check()
             if result is not None and result is not False:
                 return result
-        except (OSError, ConnectionError, BrokerSetupError) as exc:
+        except (OSError, ConnectionError) as exc:
             last_error = exc
         if time.monotonic() >= deadline:
             raise TimeoutError(f"{what}: not within {timeout:.0f}s (last error: {last_error!r})")
@@ -472,31 +467,21 @@ class KafkaCluster:
         node.paused = False
 
     def _wait_ready(self, node: _Node, timeout: float, *, expect: set[int]) -> None:
-        """Until ``node`` answers and lists every node in ``expect`` at its current advertised port."""
+        """Until ``node`` answers and every live node lists those in ``expect`` at their advertised port."""
 
         def ready() -> bool:
+            if node.proc is None or node.proc.poll() is not None:
+                raise BrokerSetupError(f"node {node.node_id} exited while starting.\n{self._evidence(node)}")
             return all(
                 self._metadata_brokers(other).get(n) == self._node(n).advertised_port
                 for other in [node, *(m for m in self._live() if m is not node)]
                 for n in expect
             )
 
-        deadline = time.monotonic() + max(timeout, 1.0)
-        last_error: BaseException | None = None
-        while True:
-            if node.proc is None or node.proc.poll() is not None:
-                raise BrokerSetupError(f"node {node.node_id} exited while starting.\n{self._evidence(node)}")
-            try:
-                if ready():
-                    return
-            except (OSError, ConnectionError) as exc:
-                last_error = exc
-            if time.monotonic() >= deadline:
-                raise BrokerSetupError(
-                    f"node {node.node_id} not ready within {timeout:.0f}s (last error: {last_error!r}).\n"
-                    f"{self._evidence(node)}"
-                )
-            time.sleep(0.2)
+        try:
+            wait_for(ready, timeout=max(timeout, 1.0), what=f"node {node.node_id} ready")
+        except TimeoutError as exc:
+            raise BrokerSetupError(f"{exc}\n{self._evidence(node)}") from None
 
     def _evidence(self, node: _Node, lines: int = 40) -> str:
         try:
@@ -598,14 +583,8 @@ class KafkaCluster:
 
     def _metadata(self, node: _Node, topics: Iterable[str] | None = ()) -> Any:
         wanted = None if topics is None else [{"name": t, "topic_id": None} for t in topics]
-        return raw_request(
-            node.port,
-            ApiKey.METADATA,
-            12,
-            topics=wanted,
-            allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False,
-        )
+        flags = {"allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
+        return raw_request(node.port, ApiKey.METADATA, 12, topics=wanted, **flags)
 
     def _metadata_brokers(self, node: _Node) -> dict[int, int]:
         """{node id: advertised port} of the brokers ``node`` lists (the unfenced ones)."""
@@ -623,12 +602,9 @@ class KafkaCluster:
             for t in response.topics:
                 for p in t.partitions:
                     if int(p.partition_index) == partition:
+                        replicas, isr = tuple(map(int, p.replica_nodes)), tuple(map(int, p.isr_nodes))
                         return PartitionState(
-                            int(p.leader_id),
-                            tuple(int(r) for r in p.replica_nodes),
-                            tuple(int(r) for r in p.isr_nodes),
-                            int(p.leader_epoch),
-                            int(p.error_code),
+                            int(p.leader_id), replicas, isr, int(p.leader_epoch), int(p.error_code)
                         )
                 if int(t.error_code):
                     return PartitionState(-1, (), (), -1, int(t.error_code))
@@ -680,12 +656,8 @@ class KafkaCluster:
         """The KRaft quorum leader (DescribeQuorum, which brokers forward to the controller)."""
 
         def leader(node: _Node) -> int | None:
-            response = raw_request(
-                node.port,
-                55,  # DescribeQuorum
-                1,
-                topics=[{"topic_name": _CLUSTER_METADATA_TOPIC, "partitions": [{"partition_index": 0}]}],
-            )
+            quorum = {"topic_name": _CLUSTER_METADATA_TOPIC, "partitions": [{"partition_index": 0}]}
+            response = raw_request(node.port, _DESCRIBE_QUORUM, 1, topics=[quorum])
             if int(response.error_code):
                 return None
             for t in response.topics:
@@ -712,7 +684,7 @@ class KafkaCluster:
                 code = int(c.error_code)
                 if code == 0:
                     return int(c.node_id)
-                if code != _COORDINATOR_NOT_AVAILABLE and code != 14:  # 14: COORDINATOR_LOAD_IN_PROGRESS
+                if code not in (_COORDINATOR_NOT_AVAILABLE, _COORDINATOR_LOAD_IN_PROGRESS):
                     raise BrokerSetupError(
                         f"FindCoordinator({key!r}) answered error {code}: {c.error_message}"
                     )
@@ -738,25 +710,17 @@ class KafkaCluster:
         ``partitions`` and ``replication_factor``, e.g. to put a leader on one node.
         """
         placed = [{"partition_index": p, "broker_ids": list(ids)} for p, ids in (assignments or {}).items()]
+        topic = {
+            "name": name,
+            "num_partitions": -1 if placed else partitions,
+            "replication_factor": -1 if placed else replication_factor,
+            "assignments": placed,
+            "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
+        }
+        fields = {"topics": [topic], "timeout": int(timeout * 1000), "validate_only": False}
 
         def create(node: _Node) -> Any:
-            return raw_request(
-                node.port,
-                ApiKey.CREATE_TOPICS,
-                7,
-                socket_timeout=timeout,
-                topics=[
-                    {
-                        "name": name,
-                        "num_partitions": -1 if placed else partitions,
-                        "replication_factor": -1 if placed else replication_factor,
-                        "assignments": placed,
-                        "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
-                    }
-                ],
-                timeout=int(timeout * 1000),
-                validate_only=False,
-            )
+            return raw_request(node.port, ApiKey.CREATE_TOPICS, 7, socket_timeout=timeout, **fields)
 
         for result in self._ask(create).topics:
             if int(result.error_code):

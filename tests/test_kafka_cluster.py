@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import struct
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Literal
 
 import pytest
 from kafkakit import Admin, Consumer, KafkaError, NewTopic, Producer, RecordMetadata, TopicPartition
 from kafkakit.protocol import ApiKey, encode_request
 from kafkakit.protocol.build import make_request
 
-from tests.kafka_cluster import KafkaCluster, cluster_fixture
+from tests.kafka_cluster import KafkaCluster, cluster_fixture, wait_for
 
 kafka_cluster = cluster_fixture()
 
@@ -167,6 +169,51 @@ async def test_leader_killed_and_restarted_keeps_every_acknowledged_record(
     assert [m.offset for m in acked] == list(range(len(sent)))
     # Exactly once and in order: idempotence removed the duplicates of retried batches.
     assert await _read_back(kafka_cluster.bootstrap_servers, topic, len(sent)) == sent
+
+
+def _partition_for(key: str, partitions: int = 3) -> int:
+    """Kafka's ``Utils.abs(key.hashCode()) % partitions`` (Java's String.hashCode over UTF-16)."""
+    h = 0
+    for (unit,) in struct.iter_unpack(">H", key.encode("utf-16-be")):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    h = h - (1 << 32) if h >= 1 << 31 else h
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def test_active_controller_and_coordinators_move_off_a_killed_node(kafka_cluster: KafkaCluster) -> None:
+    controller = kafka_cluster.active_controller()
+    assert controller in (1, 2, 3)
+    kafka_cluster.coordinator_of("any-group")  # the first FindCoordinators create the internal topics
+    kafka_cluster.coordinator_of("any-txn", "transaction")
+    kafka_cluster.wait_healthy(["__consumer_offsets", "__transaction_state"])
+    # A group and a transactional id whose coordinators sit on the controller node: the leader of
+    # the internal topic's partition that Kafka hashes the key to.
+    keys: dict[Literal["group", "transaction"], str] = {}
+    internal: tuple[tuple[Literal["group", "transaction"], str], ...] = (
+        ("group", "__consumer_offsets"),
+        ("transaction", "__transaction_state"),
+    )
+    for key_type, topic in internal:
+        on_controller = {p for p in range(3) if kafka_cluster.leader_of(topic, p) == controller}
+        assert on_controller, f"Kafka spreads the 3 leaders of {topic} over the 3 nodes"
+        keys[key_type] = next(
+            k for k in (f"{key_type}-{i}" for i in range(100)) if _partition_for(k) in on_controller
+        )
+        assert kafka_cluster.coordinator_of(keys[key_type], key_type) == controller
+    kafka_cluster.kill(controller)
+    new_controller = wait_for(
+        lambda: (c := kafka_cluster.active_controller()) != controller and c,
+        timeout=30,
+        what="a new controller",
+    )
+    assert new_controller in set(kafka_cluster.node_ids) - {controller}
+    for key_type, key in keys.items():
+        moved = wait_for(
+            lambda: (c := kafka_cluster.coordinator_of(key, key_type)) != controller and c,  # noqa: B023
+            timeout=30,
+            what=f"the coordinator of {key} off node {controller}",
+        )
+        assert moved in kafka_cluster.live_nodes()
 
 
 async def test_paused_leader_loses_leadership_and_catches_up_after_resume(
