@@ -76,8 +76,7 @@ logger.network.level = WARN
 """
 _HARNESS_CLIENT_ID = "kafka-cluster-harness"
 _CLUSTER_METADATA_TOPIC = "__cluster_metadata"
-_COORDINATOR_NOT_AVAILABLE = 15
-_COORDINATOR_LOAD_IN_PROGRESS = 14
+_COORDINATOR_NOT_YET = (14, 15)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE
 _DESCRIBE_QUORUM = 55  # not in kafkakit's ApiKey: the client never sends it
 _KEY_TYPES = {"group": 0, "transaction": 1}
 
@@ -613,11 +612,8 @@ class KafkaCluster:
         return describe(self._node(node)) if node is not None else self._ask(describe)
 
     def leader_of(self, topic: str, partition: int = 0) -> int:
-        """The leader a live node names for the partition now (-1: none).
-
-        Right after a kill a surviving node can still name the dead node for a
-        moment; :meth:`wait_leader` waits for a leader that is alive.
-        """
+        """The leader a live node names for the partition now (-1: none); right after a kill it can
+        still be the dead node for a moment (:meth:`wait_leader` waits for a live one)."""
         return self.partition_state(topic, partition).leader
 
     def wait_leader(
@@ -684,7 +680,7 @@ class KafkaCluster:
                 code = int(c.error_code)
                 if code == 0:
                     return int(c.node_id)
-                if code not in (_COORDINATOR_NOT_AVAILABLE, _COORDINATOR_LOAD_IN_PROGRESS):
+                if code not in _COORDINATOR_NOT_YET:
                     raise BrokerSetupError(
                         f"FindCoordinator({key!r}) answered error {code}: {c.error_message}"
                     )
