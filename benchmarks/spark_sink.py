@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
@@ -38,15 +39,81 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import spark_read  # noqa: E402  (shares broker start-up, topic filling and the connector jars)
 
 PIPELINES = ("kafkakit-eos", "kafkakit", "spark")
+#: Mixed pipelines that split the difference between source and sink (not run by default).
+MIXED = ("kafkakit-source", "kafkakit-sink", "kafkakit-sink-eos")
+
+
+def formats(pipeline: str) -> tuple[str, str]:
+    """(source format, sink format) of ``pipeline``."""
+    if pipeline == "spark":
+        return "kafka", "kafka"
+    if pipeline == "kafkakit-source":
+        return "kafkakit", "kafka"
+    if pipeline.startswith("kafkakit-sink"):
+        return "kafka", "kafkakit"
+    return "kafkakit", "kafkakit"
+
+
+def _process_tree() -> dict[int, tuple[int, str, float]]:
+    """pid -> (parent pid, command, CPU seconds incl. reaped children) of every process (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            command = (
+                Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            )
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        cpu = sum(int(f) for f in fields[11:15]) / tick  # utime stime cutime cstime
+        out[int(entry)] = (int(fields[1]), command, cpu)
+    return out
+
+
+def cpu_by_group() -> dict[str, float]:
+    """CPU seconds so far of this benchmark's processes: Spark's JVM, its Python processes, the broker, this driver."""
+    if not Path("/proc/self/stat").exists():
+        return {}
+    tree = _process_tree()
+    groups: dict[str, float] = {}
+    me = os.getpid()
+
+    def group_of(pid: int) -> str | None:
+        chain = []
+        while pid in tree and pid != me:
+            chain.append(pid)
+            pid = tree[pid][0]
+        if pid != me:
+            return None
+        top = tree[chain[-1]][1]
+        if "SparkSubmit" not in top:
+            return "broker"
+        if len(chain) == 1:
+            return "spark JVM"
+        # Spark forks task workers from "pyspark.daemon pyspark.worker"; the driver-side calls
+        # (planning, offsets, commits) run in other Python processes.
+        return (
+            "Python tasks" if tree[chain[-2]][1].rstrip().endswith("pyspark.worker") else "Python driver-side"
+        )
+
+    for pid, (_, _, cpu) in tree.items():
+        group = "driver" if pid == me else group_of(pid)
+        if group is not None:
+            groups[group] = groups.get(group, 0.0) + cpu
+    return groups
 
 
 def run_pipeline(
     spark: Any, pipeline: str, bootstrap: str, args: argparse.Namespace, workdir: Path
 ) -> dict[str, Any]:
     output = f"sink-bench-{pipeline}-{uuid.uuid4().hex[:8]}"
-    fmt = "kafka" if pipeline == "spark" else "kafkakit"
+    source, fmt = formats(pipeline)
     stream = (
-        spark.readStream.format(fmt)
+        spark.readStream.format(source)
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", spark_read.TOPIC)
         .option("startingOffsets", "earliest")
@@ -61,17 +128,25 @@ def run_pipeline(
         .option("checkpointLocation", str(workdir / f"checkpoint-{output}"))
         .trigger(availableNow=True)
     )
-    if pipeline == "kafkakit-eos":
+    if pipeline.endswith("-eos"):
         writer = writer.option("exactlyOnce", "true").option("transactionalIdPrefix", output)
-    if pipeline == "spark":
+    if fmt == "kafka":
         writer = writer.option("kafka.linger.ms", "5").option("kafka.batch.size", str(1 << 20))
+    cpu_before = cpu_by_group()
     started = time.perf_counter()
     query = writer.start()
     query.awaitTermination()
     seconds = time.perf_counter() - started
+    cpu_after = cpu_by_group()
     if query.exception() is not None:
         raise RuntimeError(f"{pipeline}: {query.exception()}")
-    batches = len([p for p in query.recentProgress if p["numInputRows"]])
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    batches = len(progress)
+    # Where the micro-batches' time went (Spark's own split: latestOffset, addBatch, commit...).
+    phases: dict[str, float] = {}
+    for p in query.recentProgress:
+        for name, ms in (p["durationMs"] or {}).items():
+            phases[name] = phases.get(name, 0.0) + ms / 1000
     written = (
         spark.read.format("kafkakit")
         .option("kafka.bootstrap.servers", bootstrap)
@@ -84,6 +159,8 @@ def run_pipeline(
         "batches": batches,
         "written": written,
         "records_per_s": args.records / seconds,
+        "cpu": {k: round(v - cpu_before.get(k, 0.0), 2) for k, v in cpu_after.items()},
+        "phases": {k: round(v, 2) for k, v in sorted(phases.items(), key=lambda kv: -kv[1])},
     }
 
 
@@ -91,18 +168,18 @@ def warm_up(spark: Any, bootstrap: str, pipelines: list[str]) -> None:
     """Untimed: start Spark's Python workers and JVM code paths (the first query pays ~20 s for them)."""
     df = spark.range(1000).selectExpr("cast(id as string) as value")
     for pipeline in pipelines:
-        fmt = "kafka" if pipeline == "spark" else "kafkakit"
+        source, fmt = formats(pipeline)
         writer = (
             df.write.format(fmt)
             .option("kafka.bootstrap.servers", bootstrap)
             .option("topic", "sink-bench-warm-up")
         )
-        if pipeline == "kafkakit-eos":
+        if pipeline.endswith("-eos"):
             writer = writer.option("exactlyOnce", "true").option(
                 "transactionalIdPrefix", "sink-bench-warm-up"
             )
         writer.mode("append").save()
-        spark.read.format(fmt).option("kafka.bootstrap.servers", bootstrap).option(
+        spark.read.format(source).option("kafka.bootstrap.servers", bootstrap).option(
             "subscribe", "sink-bench-warm-up"
         ).load().count()
 
@@ -114,7 +191,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     pipelines = args.pipelines.split(",")
     conf = {"spark.driver.memory": "2g"}
     results: dict[str, Any] = {"args": vars(args), "pyspark": pyspark.__version__, "brokers": {}}
-    if "spark" in pipelines:
+    if any("kafka" in formats(p) for p in pipelines):
         version, jars = spark_read.connector_jars(pyspark.__version__)
         conf["spark.jars"] = ",".join(str(j) for j in jars)
         results["connector"] = version
@@ -175,7 +252,9 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--brokers", default="broker_min,kafka", help="comma-separated: broker_min, kafka")
     parser.add_argument(
-        "--pipelines", default=",".join(PIPELINES), help=f"comma-separated: {', '.join(PIPELINES)}"
+        "--pipelines",
+        default=",".join(PIPELINES),
+        help=f"comma-separated: {', '.join(PIPELINES + MIXED)} (the mixed ones swap one side for Spark's)",
     )
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument(
