@@ -240,27 +240,40 @@ class Chunk:
 
 
 def arrow_chunk(batch: pa.RecordBatch, layout: Layout) -> Chunk:
+    """One Arrow batch as parallel lists for ``send_batch``.
+
+    Columns that say nothing are left out instead of becoming a list of Nones
+    (an all-null key, partition or header column: ``send_batch`` and
+    :func:`_groups` would otherwise look at every row to find that out).
+    """
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    def binary(name: str, is_string: bool) -> list[bytes | None]:
+    def present(name: str | None) -> pa.Array | None:
+        if name is None:
+            return None
         column = batch.column(name)
-        if is_string:
+        return None if column.null_count == len(column) else column
+
+    def binary(column: pa.Array, is_string: bool) -> list[bytes | None]:
+        if is_string:  # utf-8 bytes as they are: the cast only relabels the buffers
             column = pc.cast(column, pa.binary())
         values: list[bytes | None] = column.to_pylist()
         return values
 
-    chunk = Chunk(binary(layout.value, layout.value_is_string))
-    if layout.key is not None:
-        chunk.keys = binary(layout.key, layout.key_is_string)
+    chunk = Chunk(binary(batch.column(layout.value), layout.value_is_string))
+    keys = present(layout.key)
+    if keys is not None:
+        chunk.keys = binary(keys, layout.key_is_string)
     if layout.topic is not None:
         chunk.topics = batch.column(layout.topic).to_pylist()
-    if layout.partition is not None:
-        chunk.partitions = batch.column(layout.partition).to_pylist()
-    if layout.headers is not None:
+    partitions = present(layout.partition)
+    if partitions is not None:
+        chunk.partitions = partitions.to_pylist()
+    headers = present(layout.headers)
+    if headers is not None and pc.max(pc.list_value_length(headers)).as_py():
         chunk.headers = [
-            None if hs is None else [_header(h["key"], h["value"]) for h in hs]
-            for hs in batch.column(layout.headers).to_pylist()
+            None if hs is None else [_header(h["key"], h["value"]) for h in hs] for hs in headers.to_pylist()
         ]
     return chunk
 
@@ -301,13 +314,17 @@ def row_chunks(rows: Iterator[Row], layout: Layout) -> Iterator[Chunk]:
 
 def _groups(chunk: Chunk, default_topic: str | None) -> Iterable[tuple[str, int | None, list[int] | None]]:
     """(topic, partition, row positions) groups; positions None means "every row"."""
-    if chunk.topics is None and chunk.partitions is None:
+    topics = chunk.topics
+    partitions = chunk.partitions
+    if partitions is not None and partitions.count(None) == len(partitions):
+        partitions = None  # "by key / sticky" for every row
+    if partitions is None and topics and topics.count(topics[0]) == len(topics) and topics[0] is not None:
+        default_topic, topics = topics[0], None  # one topic: no per-row grouping (list.count runs in C)
+    if topics is None and partitions is None:
         assert default_topic is not None
         yield default_topic, None, None
         return
     groups: dict[tuple[str, int | None], list[int]] = {}
-    topics = chunk.topics
-    partitions = chunk.partitions
     for i in range(len(chunk.values)):
         topic = default_topic if topics is None else topics[i]
         if topic is None:
@@ -404,18 +421,59 @@ def _produce(
     return count
 
 
+# One started idempotent Producer per worker process and sink settings, kept between tasks as
+# Spark's own Kafka sink keeps its producers: a task then pays no connection, metadata or
+# InitProducerId round trips.  A producer that saw an error is stopped and forgotten.
+_producers: dict[tuple[Any, ...], Producer] = {}
+_producers_lock = threading.Lock()
+
+
+def _producer_key(config: SinkConfig) -> tuple[Any, ...]:
+    settings = tuple(sorted((k, repr(v)) for k, v in config.producer_settings.items()))
+    security = tuple(sorted(config.security.settings.items()))
+    return (os.getpid(), config.bootstrap_servers, config.client_id, settings, security)
+
+
+def _shared_producer(config: SinkConfig) -> tuple[tuple[Any, ...], Producer]:
+    key = _producer_key(config)
+    with _producers_lock:
+        producer = _producers.pop(key, None)  # taken: a concurrent task of this process makes its own
+    if producer is None:
+        producer = Producer(
+            bootstrap_servers=config.bootstrap_servers,
+            client_id=config.client_id,
+            **config.producer_settings,
+            **config.security.client_kwargs(),
+        )
+        runtime.run(producer.start())
+    return key, producer
+
+
+def _give_back(key: tuple[Any, ...], producer: Producer) -> None:
+    with _producers_lock:
+        spare = _producers.setdefault(key, producer)
+    if spare is not producer:  # another task's producer is already kept
+        runtime.run(producer.stop())
+
+
+def _stop_quietly(producer: Producer) -> None:
+    try:
+        runtime.run(producer.stop())
+    except Exception as exc:
+        log.warning("stopping the failed task's producer failed: %s", exc)
+
+
 def _write_at_least_once(
     config: SinkConfig, chunks: Iterator[Chunk], batch: int | None, partition: int, attempt: int
 ) -> int:
-    producer = Producer(
-        bootstrap_servers=config.bootstrap_servers, client_id=config.client_id, **config.producer_settings,
-        **config.security.client_kwargs(),
-    )
-    runtime.run(producer.start())
+    key, producer = _shared_producer(config)
     try:
-        return _produce(producer, config, chunks, (batch, partition, attempt))
-    finally:
-        runtime.run(producer.stop())
+        count = _produce(producer, config, chunks, (batch, partition, attempt))
+    except BaseException:
+        _stop_quietly(producer)  # the task's error is the one to report
+        raise
+    _give_back(key, producer)  # every record was delivered (_produce waited for them)
+    return count
 
 
 def _write_exactly_once(
