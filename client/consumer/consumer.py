@@ -107,6 +107,7 @@ class Consumer:
         fetch_max_bytes: int = 52428800,
         max_partition_fetch_bytes: int = 1048576,
         request_timeout_ms: int = 40000,
+        default_api_timeout_ms: int = 60000,
         retry_backoff_ms: int = 100,
         auto_offset_reset: str = "latest",
         enable_auto_commit: bool = True,
@@ -134,6 +135,7 @@ class Consumer:
         request_timeout_ms = _check_int("request_timeout_ms", request_timeout_ms, 1)
         if request_timeout_ms <= fetch_max_wait_ms:
             raise KafkaConfigError("request_timeout_ms", "must be larger than fetch_max_wait_ms")
+        default_api_timeout_ms = _check_int("default_api_timeout_ms", default_api_timeout_ms, 1)
         if auto_offset_reset not in _RESET_POLICIES:
             raise KafkaConfigError(
                 "auto_offset_reset", f"must be one of {_RESET_POLICIES}, got {auto_offset_reset!r}"
@@ -158,6 +160,7 @@ class Consumer:
             leave_group_on_close,
             request_timeout_ms,
             retry_backoff_ms,
+            default_api_timeout_ms,
         )
         self._isolation_level = _ISOLATION_LEVELS[isolation_level]
         self._request_timeout = request_timeout_ms / 1000
@@ -233,6 +236,7 @@ class Consumer:
         leave_group_on_close: Any,
         request_timeout_ms: int,
         retry_backoff_ms: Any,
+        default_api_timeout_ms: int,
     ) -> GroupConfig | None:
         """Validate the group settings (None without a group_id)."""
         if group_instance_id is not None and (
@@ -278,6 +282,7 @@ class Consumer:
             leave_group_on_close=leave_group_on_close,
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
+            default_api_timeout_ms=default_api_timeout_ms,
         )
 
     # -- lifecycle -------------------------------------------------------

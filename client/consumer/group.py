@@ -116,6 +116,9 @@ class GroupConfig:
     leave_group_on_close: bool
     request_timeout_ms: int
     retry_backoff_ms: int
+    #: How long commit(), committed() and the coordinator lookup keep retrying, each attempt
+    #: bounded by request_timeout_ms (Java's default.api.timeout.ms).
+    default_api_timeout_ms: int = 60000
 
 
 class GroupCoordinator:
@@ -130,6 +133,7 @@ class GroupCoordinator:
         self._config = config
         self._backoff = config.retry_backoff_ms / 1000
         self._request_timeout = config.request_timeout_ms / 1000
+        self._api_timeout = max(config.default_api_timeout_ms, config.request_timeout_ms) / 1000
         # Membership.
         self.state = MemberState.UNJOINED
         self.generation_id = NO_GENERATION
@@ -313,7 +317,7 @@ class GroupCoordinator:
         return await asyncio.shield(self._lookup)
 
     async def _find_coordinator(self) -> BrokerConnection:
-        deadline = time.monotonic() + self._request_timeout
+        deadline = time.monotonic() + self._api_timeout
         last: BaseException | None = None
         while True:
             try:
@@ -911,7 +915,7 @@ class GroupCoordinator:
                     "committed_metadata": om.metadata,
                 }
             )
-        deadline = time.monotonic() + self._request_timeout
+        deadline = time.monotonic() + self._api_timeout
         while True:
             try:
                 response = await self._send(
@@ -974,7 +978,7 @@ class GroupCoordinator:
         topics: dict[str, list[int]] = {}
         for tp in partitions:
             topics.setdefault(tp.topic, []).append(tp.partition)
-        deadline = time.monotonic() + self._request_timeout
+        deadline = time.monotonic() + self._api_timeout
         last: BaseException | None = None
         while True:
             try:
