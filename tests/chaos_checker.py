@@ -1,11 +1,19 @@
 """The checker of kafkakit issue 11 (multi-broker resilience): invariants computed from what the drivers recorded.
 
 A scenario runs the drivers of tests/chaos_drivers.py (re-exported here)
-against any bootstrap servers while it injects faults, stops them, then::
+against any bootstrap servers while it injects faults::
 
-    report = await verify(servers, producer=producer, consumers=[c1, c2], copiers=[copier])
-    print(report.markdown_row())
-    report.raise_if_violated()
+    producer = VerifiableProducer(servers, topic, client="kafkakit", rate=500, max_records=5000)
+    members = [VerifiableConsumer(servers, topic, "group", name=f"m{i}") for i in range(2)]
+    for driver in (*members, producer):
+        await driver.start()
+    await producer.wait_acked(1000)
+    cluster.kill(cluster.leader_of(topic, 0))            # the fault
+    await producer.wait_acked(5000); await producer.stop()
+    await wait_read(members, producer.acks)              # the group reads everything acked
+    for member in members: await member.stop()
+    report = await verify(servers, producer=producer, consumers=members, label="leader kill")
+    print(report.markdown_row()); report.raise_if_violated()
 
 :func:`verify` reads the topics back from the beginning with a fresh
 read_committed consumer and asks the group's committed offsets (OffsetFetch),
@@ -380,6 +388,11 @@ async def verify(
 ) -> ChaosReport:
     """Read back what the (stopped) drivers wrote and check it: one report for the producer's topic,
     its consumer group (all ``consumers`` must share one group) and the copiers (one input and output).
+
+    Passing ``consumers`` asserts the group read every acknowledged record:
+    wait for that (:func:`wait_read`) before stopping them; likewise
+    :func:`wait_copied` for copiers.  Stop the drivers first: an open
+    transaction would hold read_committed back.
     """
     topic = topic or (producer.topic if producer is not None else None)
     if topic is None:

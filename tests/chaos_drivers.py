@@ -266,20 +266,20 @@ class VerifiableProducer(_Driver):
         if self.max_records is None:
             raise ValueError("run() needs max_records")
         await self.start()
-        await self._wait_for(lambda: False, 300)  # until the task ends
+        await _wait_for(lambda: self.done, 300, self._progress)
         await self.stop()
 
     async def wait_acked(self, count: int, timeout: float = 60.0) -> None:
-        """Wait until ``count`` records are acknowledged (to inject a fault mid-run)."""
-        await self._wait_for(lambda: len(self.acks) >= count, timeout)
+        """Wait until ``count`` records are acknowledged (to inject a fault mid-run).
 
-    async def _wait_for(self, condition: Callable[[], bool], timeout: float) -> None:
-        def what() -> str:
-            return (
-                f"{self.name}: {len(self.acks)} acked, {len(self.failures)} failed; errors {self.errors[-3:]}"
-            )
+        Raises TimeoutError after ``timeout``, RuntimeError if the producer ends first.
+        """
+        await _wait_for(lambda: len(self.acks) >= count or self.done, timeout, self._progress)
+        if len(self.acks) < count:
+            raise RuntimeError(f"the producer ended before {count} acknowledgements: {self._progress()}")
 
-        await _wait_for(lambda: condition() or self.done, timeout, what)
+    def _progress(self) -> str:
+        return f"{self.name}: {len(self.acks)} acked, {len(self.failures)} failed; errors {self.errors[-3:]}"
 
     async def _open(self) -> bool:
         async def open_client() -> None:
@@ -484,12 +484,14 @@ class VerifiableConsumer(_Driver):
         self.rebalances.append(RebalanceEvent(kind, tuple(partitions), time.monotonic(), self.name))
 
     async def wait_consumed(self, count: int, timeout: float = 60.0) -> None:
-        """Wait until this member has read ``count`` records (re-reads included)."""
+        """Wait until this member has read ``count`` records (re-reads included); raises as ``wait_acked``."""
 
         def what() -> str:
             return f"{self.name}: read {len(self.records)}; errors {self.errors[-3:]}"
 
         await _wait_for(lambda: len(self.records) >= count or self.done, timeout, what)
+        if len(self.records) < count:
+            raise RuntimeError(f"the consumer ended before reading {count} records: {what()}")
 
     async def _run(self) -> None:
         client: ConsumerClient | None = None

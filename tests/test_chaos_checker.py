@@ -156,7 +156,12 @@ async def test_fault_free_run_keeps_every_invariant(
     source, sink, group = topic_factory(), topic_factory(), new_topic_name("g")
     await create_topics(servers, source, sink)
     producer = VerifiableProducer(servers, source, max_records=2000)
-    members = [VerifiableConsumer(servers, source, group, name=f"m{i}") for i in range(2)]
+    members = [
+        VerifiableConsumer(
+            servers, source, group, group_instance_id=f"{group}-{i}", assignor="range", name=f"m{i}"
+        )
+        for i in range(2)
+    ]
     copier = TransactionalCopier(servers, source, sink, new_topic_name("copy"), new_topic_name("txn"))
     started = time.monotonic()
     for driver in (*members, copier):
