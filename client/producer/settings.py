@@ -22,6 +22,7 @@ def check_settings(
     enable_idempotence: bool | None,
     transactional_id: str | None,
     transaction_timeout_ms: int,
+    max_block_ms: int,
     linger_ms: int,
     max_batch_size: int,
     max_request_size: int,
@@ -46,6 +47,7 @@ def check_settings(
             )
         enable_idempotence = True  # transactions are built on idempotence
     _check_int("transaction_timeout_ms", transaction_timeout_ms, 1)
+    _check_int("max_block_ms", max_block_ms, 0)
     if enable_idempotence is None:
         # As in modern Kafka clients: on with acks="all" unless a setting conflicts.
         enable_idempotence = (

@@ -310,6 +310,7 @@ class TransactionManager:
         *,
         request_timeout_ms: int,
         retry_backoff_ms: int,
+        max_block_ms: int = 60000,
         wake_sender: Callable[[], None] = lambda: None,
         reset_sequences: Callable[[], None] = lambda: None,
     ) -> None:
@@ -323,7 +324,9 @@ class TransactionManager:
         #: Highest version init_transactions may choose (tests lower it to exercise version 1).
         self.max_transaction_version = TRANSACTION_VERSION_2
         self._coordinators = _Coordinators(cluster, request_timeout_ms)
-        self._timeout = request_timeout_ms / 1000
+        # How long a transactional call keeps retrying its coordinator (which may move: a
+        # coordinator failover takes seconds), each request within request_timeout_ms.
+        self._timeout = max(max_block_ms, request_timeout_ms) / 1000
         self._backoff = retry_backoff_ms / 1000
         self._wake_sender = wake_sender
         self._reset_sequences = reset_sequences
