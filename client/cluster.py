@@ -9,6 +9,7 @@ this partition".
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import time
@@ -241,8 +242,13 @@ class Cluster:
         if pending is None:
             pending = asyncio.ensure_future(self._connect_node(node_id))
             self._connecting[node_id] = pending
-            pending.add_done_callback(lambda _f: self._connecting.pop(node_id, None))
+            pending.add_done_callback(functools.partial(self._connected, node_id))
         return await asyncio.shield(pending)
+
+    def _connected(self, node_id: int, attempt: asyncio.Future[BrokerConnection]) -> None:
+        self._connecting.pop(node_id, None)
+        if not attempt.cancelled():
+            attempt.exception()  # retrieved: every waiter may have gone (cancelled), yet it failed
 
     async def _connect_node(self, node_id: int) -> BrokerConnection:
         broker = self.metadata.brokers.get(node_id)
@@ -374,15 +380,17 @@ class Cluster:
         return await conn.send(request, timeout=timeout)
 
     async def fetch_all_topics_metadata(self) -> Any:
-        """A Metadata response listing every topic (topics=null)."""
+        """A Metadata response listing every topic (topics=null); its topics join the cache."""
         conn = await self.any_connection()
-        return await conn.call(
+        response = await conn.call(
             ApiKey.METADATA,
             topics=None,
             allow_auto_topic_creation=False,
             include_cluster_authorized_operations=False,
             include_topic_authorized_operations=False,
         )
+        self.metadata.update(response, set())  # merged: what the cache knew of other topics stays
+        return response
 
     async def partitions_for(self, topic: str, *, timeout: float | None = None) -> list[int]:
         """Partition numbers of ``topic``, waiting for it to appear (auto-create) up to ``timeout``."""

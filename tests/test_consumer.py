@@ -479,3 +479,12 @@ async def test_topic_created_after_assign_is_picked_up(bootstrap: str, topic: st
         await write(bootstrap, topic, values(3))
         records = await read(consumer, 3)
         assert [r.value for r in records] == values(3)
+
+
+async def test_topics_lists_the_cluster_and_fills_partitions_for_topic(bootstrap: str, topic: str) -> None:
+    """topics() reads every topic's metadata; partitions_for_topic() then knows this one (as aiokafka)."""
+    await setup_topic(bootstrap, topic, partitions=3)
+    async with consumer_for(bootstrap) as consumer:
+        assert consumer.partitions_for_topic(topic) is None  # nothing asked about it yet
+        assert topic in await consumer.topics()
+        assert consumer.partitions_for_topic(topic) == {0, 1, 2}
