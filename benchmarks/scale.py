@@ -10,11 +10,24 @@ confluent-kafka: ``produce`` + ``flush`` with the same batching, then
 (user + system, from the worker's rusage). A cost that grows faster than the
 work shows as a rising CPU-per-record curve.
 
+Apache Kafka runs with benchmark settings (``KAFKA_BENCH_CONFIG``, listed by
+``--help``; ``--kafka-stock`` drops them): the stock test broker spends its
+time, at 1,000 partitions and more, on first writes into the memory-mapped
+offset and time indexes of every partition, which stall behind the journal
+commits of the fsyncs that creating those partitions costs. Every topic is
+created in requests of at most 5,000 partitions (KRaft refuses a single
+operation of more than 10,000 metadata records), and a point starts only once
+the broker answers ListOffsets for every partition (Kafka becomes leader of
+new partitions asynchronously, a few fsyncs each); that create-and-settle time
+is reported too.
+
 Start-up (``--startup``): broker_min with ``--startup-partitions`` partitions
 and ``--startup-gb`` of log data; the time until it answers Metadata after a
 clean stop and after kill -9 (recovery), and its RSS after each.
 
     python benchmarks/scale.py --plots docs/img                 # the full curves (both brokers) and plots
+    python benchmarks/scale.py --brokers kafka --partitions 1000,10000 --json new.json
+    python benchmarks/scale.py --brokers '' --merge old.json --merge new.json --plots docs/img   # redraw
     python benchmarks/scale.py --startup --startup-gb 10        # broker_min with 10,000 partitions and 10 GB
     python benchmarks/scale.py --smoke                          # seconds
 """
@@ -43,6 +56,17 @@ from throughput import start_broker  # noqa: E402
 
 CLIENTS = ("kafkakit", "confluent")
 VALUE = b"v" * 100
+# KRaft caps one operation at 10,000 metadata records (a topic is one, each partition one more).
+PARTITIONS_PER_REQUEST = 5000
+KAFKA_BENCH_CONFIG = {
+    # An offset/time index entry every 16 MiB instead of every 4 KiB: with 20-200 records per
+    # partition no entry is written, so produce never touches the mmapped index pages (first
+    # touches of 20,000 mmapped files faulted behind ext4 journal commits: 0.4-0.9 s per Produce).
+    "log.index.interval.bytes": str(16 << 20),
+    # Deleted partitions keep their file descriptors until removed (default 60 s): with the next
+    # point's 10,000 partitions the JVM would cross the machine's 20,000 descriptor limit.
+    "log.segment.delete.delay.ms": "1000",
+}
 
 
 class _Clock:
@@ -116,7 +140,9 @@ async def _consume_kafkakit(bootstrap: str, topics: list[str], partitions_each: 
 def _consume_confluent(bootstrap: str, topics: list[str], partitions_each: int, n: int) -> None:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "scale-" + uuid.uuid4().hex, "enable.auto.commit": False})
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "scale-" + uuid.uuid4().hex, "enable.auto.commit": False}
+    )
     consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t in topics for p in range(partitions_each)])
     seen = 0
     with _clock:
@@ -148,19 +174,62 @@ def _spawn(spec: dict[str, Any], timeout: float) -> dict[str, float]:
     return result
 
 
-def _create(bootstrap: str, topics: list[str], partitions_each: int) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
+def _create(bootstrap: str, topics: list[str], partitions_each: int) -> float:
+    """Create the topics, wait until the broker leads every partition; return the seconds it took."""
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
+    started = time.perf_counter()
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for _name, future in admin.create_topics([NewTopic(t, partitions_each, 1) for t in topics], request_timeout=600).items():
-        future.result(600)
+    first = min(partitions_each, PARTITIONS_PER_REQUEST)
+    per_request = max(1, PARTITIONS_PER_REQUEST // first)
+    for i in range(0, len(topics), per_request):
+        futures = admin.create_topics(
+            [NewTopic(t, first, 1) for t in topics[i : i + per_request]], request_timeout=600
+        )
+        for future in futures.values():
+            future.result(600)
+    have = first
+    while have < partitions_each:
+        have = min(partitions_each, have + PARTITIONS_PER_REQUEST)
+        for topic in topics:
+            admin.create_partitions([NewPartitions(topic, have)], request_timeout=600)[topic].result(600)
     deadline = time.time() + 600
-    while time.time() < deadline:
+    while True:
         metadata = admin.list_topics(timeout=30).topics
         if all(t in metadata and len(metadata[t].partitions) == partitions_each for t in topics):
-            return
+            break
+        if time.time() > deadline:
+            raise RuntimeError("topics did not appear")
         time.sleep(0.2)
-    raise RuntimeError("topics did not appear")
+    _settle(admin, topics, partitions_each, deadline)
+    return time.perf_counter() - started
+
+
+def _settle(admin: Any, topics: list[str], partitions_each: int, deadline: float) -> None:
+    """Wait until ListOffsets answers for every partition.
+
+    Metadata lists a new partition's leader as soon as the controller has
+    decided it; Apache Kafka then creates the log and becomes leader of it in
+    the background (two fsynced checkpoint files per partition, about 15 s for
+    10,000 partitions here). A point measured before that would time the broker.
+    """
+    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    waiting = [TopicPartition(t, p) for t in topics for p in range(partitions_each)]
+    while waiting:
+        futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in waiting}, request_timeout=120)
+        failed = []
+        for tp, future in futures.items():
+            try:
+                future.result()
+            except KafkaException:
+                failed.append(tp)
+        waiting = failed
+        if waiting and time.time() > deadline:
+            raise RuntimeError(f"{len(waiting)} partitions still without a leader")
+        if waiting:
+            time.sleep(0.5)
 
 
 def _delete(bootstrap: str, topics: list[str]) -> None:
@@ -171,11 +240,29 @@ def _delete(bootstrap: str, topics: list[str]) -> None:
         future.result(600)
 
 
+def _kafka_config(args: argparse.Namespace) -> dict[str, str]:
+    config = {} if args.kafka_stock else dict(KAFKA_BENCH_CONFIG)
+    for item in args.kafka_config:
+        key, _, value = item.partition("=")
+        config[key] = value
+    return config
+
+
+def _start(kind: str, workdir: Path, kafka_config: dict[str, str]) -> Any:
+    if kind != "kafka":
+        return start_broker(kind, workdir)
+    from tests.brokers import KafkaServer
+
+    server = KafkaServer(workdir / "kafka", extra_config=kafka_config)
+    server.start()
+    return server
+
+
 def measure_curves(args: argparse.Namespace) -> list[dict[str, Any]]:
     points: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="kafkakit-scale-") as tmp:
-        for broker_kind in args.brokers.split(","):
-            server = start_broker(broker_kind, Path(tmp))
+        for broker_kind in [b for b in args.brokers.split(",") if b]:
+            server = _start(broker_kind, Path(tmp), _kafka_config(args))
             try:
                 for count in (int(c) for c in args.partitions.split(",")):
                     if broker_kind == "kafka" and count > args.kafka_max_partitions:
@@ -188,24 +275,36 @@ def measure_curves(args: argparse.Namespace) -> list[dict[str, Any]]:
                         for _ in range(args.runs):
                             for client in args.clients.split(","):
                                 topics = [f"scale-{uuid.uuid4().hex[:8]}-{i}" for i in range(ntopics)]
-                                _create(server.bootstrap_servers, topics, count // ntopics)
+                                created = _create(server.bootstrap_servers, topics, count // ntopics)
+                                print(f"{broker_kind:10s} {count:6d} {layout:10s} {client:9s} created and led in {created:.1f} s",
+                                      flush=True)  # fmt: skip
                                 base = {"bootstrap": server.bootstrap_servers, "topics": topics,
                                         "partitions_each": count // ntopics, "records": args.records, "client": client}  # fmt: skip
                                 for role in ("produce", "consume"):
                                     result = _spawn({**base, "role": role}, timeout=900)
                                     point = {"broker": broker_kind, "partitions": count, "layout": layout,
-                                             "client": client, "role": role, **result}  # fmt: skip
+                                             "client": client, "role": role, "records": args.records,
+                                             "create_s": created, **result}  # fmt: skip
                                     points.append(point)
                                     print(f"{broker_kind:10s} {count:6d} {layout:10s} {client:9s} {role:7s} "
                                           f"{args.records / result['seconds']:12,.0f} rec/s "
                                           f"{result['cpu'] / args.records * 1e6:7.2f} us CPU/rec", flush=True)  # fmt: skip
-                                _delete(server.bootstrap_servers, topics)  # each point starts from an empty broker
+                                _delete(
+                                    server.bootstrap_servers, topics
+                                )  # each point starts from an empty broker
             finally:
                 server.stop()
     return points
 
 
+def _cell(chosen: list[dict[str, Any]]) -> tuple[float, float]:
+    """(records/s, client CPU µs per record): medians over the chosen runs."""
+    return (statistics.median(p["records"] / p["seconds"] for p in chosen),
+            statistics.median(p["cpu"] / p["records"] for p in chosen) * 1e6)  # fmt: skip
+
+
 def report_curves(points: list[dict[str, Any]], records: int) -> str:
+    """Markdown: the rates and CPU per record with kafkakit / confluent ratios, then the topic creation times."""
     lines = [f"\n{records:,} records x 100 B per point; median over runs; CPU = the client process, user + system\n",
              "| broker | layout | role | partitions | kafkakit rec/s | confluent rec/s | kafkakit / confluent | kafkakit CPU us/rec | confluent CPU us/rec |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
@@ -213,15 +312,49 @@ def report_curves(points: list[dict[str, Any]], records: int) -> str:
     for broker, layout, role, count in keys:
         cell: dict[str, tuple[float, float]] = {}
         for client in CLIENTS:
-            chosen = [p for p in points if (p["broker"], p["layout"], p["role"], p["partitions"], p["client"]) == (broker, layout, role, count, client)]
+            chosen = [
+                p
+                for p in points
+                if (p["broker"], p["layout"], p["role"], p["partitions"], p["client"])
+                == (broker, layout, role, count, client)
+            ]
             if chosen:
-                cell[client] = (records / statistics.median(p["seconds"] for p in chosen),
-                                statistics.median(p["cpu"] for p in chosen) / records * 1e6)  # fmt: skip
+                cell[client] = _cell(chosen)
         k, c = cell.get("kafkakit"), cell.get("confluent")
         ratio = f"{k[0] / c[0]:.2f}x" if k and c else "-"
         lines.append(f"| {broker} | {layout} | {role} | {count:,} | {k[0]:,.0f} | {c[0]:,.0f} | {ratio} | {k[1]:.2f} | {c[1]:.2f} |"
                      if k and c else f"| {broker} | {layout} | {role} | {count:,} | - | - | - | - | - |")  # fmt: skip
+    created = sorted({(p["broker"], p["layout"], p["partitions"]) for p in points if "create_s" in p})
+    if created:
+        lines += ["\nCreating the topics until the broker answers ListOffsets for every partition (median over the points):\n",
+                  "| broker | layout | partitions | seconds |", "|---|---|---:|---:|"]  # fmt: skip
+        for broker, layout, count in created:
+            chosen = [
+                p["create_s"]
+                for p in points
+                if (p["broker"], p["layout"], p["partitions"]) == (broker, layout, count) and "create_s" in p
+            ]
+            lines.append(f"| {broker} | {layout} | {count:,} | {statistics.median(chosen):.1f} |")
     return "\n".join(lines)
+
+
+def merge_points(files: list[str], points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Points of earlier ``--json`` files plus this run's.
+
+    A cell (broker, partitions, layout) measured by a later file replaces that
+    cell of the earlier files, and this run's cells replace them all.
+    """
+    cells: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for name in files:
+        data = json.loads(Path(name).read_text())
+        fresh: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        for point in data.get("points", []):
+            key = (point["broker"], point["partitions"], point["layout"])
+            fresh.setdefault(key, []).append({"records": data["args"]["records"], **point})
+        cells.update(fresh)
+    for point in points:
+        cells.pop((point["broker"], point["partitions"], point["layout"]), None)
+    return [p for group in cells.values() for p in group] + points
 
 
 def plot_curves(points: list[dict[str, Any]], records: int, directory: Path) -> list[Path]:
@@ -232,18 +365,24 @@ def plot_curves(points: list[dict[str, Any]], records: int, directory: Path) -> 
 
     directory.mkdir(parents=True, exist_ok=True)
     written = []
-    for metric, label, name in (("rate", "records/s", "throughput"), ("cpu", "client CPU µs per record", "cpu")):
+    for metric, label, name in (
+        ("rate", "records/s", "throughput"),
+        ("cpu", "client CPU µs per record", "cpu"),
+    ):
         figure, axes = plt.subplots(1, 2, figsize=(11, 4.2))
         for ax, role in zip(axes, ("produce", "consume"), strict=True):
             series = sorted({(p["broker"], p["layout"], p["client"]) for p in points if p["role"] == role})
             for broker, layout, client in series:
-                chosen = [p for p in points if (p["broker"], p["layout"], p["client"], p["role"]) == (broker, layout, client, role)]
+                chosen = [
+                    p
+                    for p in points
+                    if (p["broker"], p["layout"], p["client"], p["role"]) == (broker, layout, client, role)
+                ]
                 counts = sorted({p["partitions"] for p in chosen})
                 values = []
                 for count in counts:
                     at = [p for p in chosen if p["partitions"] == count]
-                    values.append(records / statistics.median(p["seconds"] for p in at) if metric == "rate"
-                                  else statistics.median(p["cpu"] for p in at) / records * 1e6)  # fmt: skip
+                    values.append(_cell(at)[0 if metric == "rate" else 1])
                 ax.plot(counts, values, marker="o", label=f"{client} / {broker} / {layout}")
             ax.set_xscale("log")
             ax.set_xlabel("partitions")
@@ -289,7 +428,9 @@ async def _fill(bootstrap: str, topic: str, partitions: int, gigabytes: float) -
 def measure_startup(partitions: int, gigabytes: float) -> dict[str, Any]:
     from tests.brokers import BrokerMinProcess
 
-    with tempfile.TemporaryDirectory(prefix="kafkakit-startup-", dir=os.environ.get("KAFKAKIT_SCALE_DIR")) as tmp:
+    with tempfile.TemporaryDirectory(
+        prefix="kafkakit-startup-", dir=os.environ.get("KAFKAKIT_SCALE_DIR")
+    ) as tmp:
         broker = BrokerMinProcess(Path(tmp) / "data")
         broker.start()
         try:
@@ -322,17 +463,40 @@ def measure_startup(partitions: int, gigabytes: float) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--brokers", default="broker_min,kafka")
     parser.add_argument("--clients", default=",".join(CLIENTS))
     parser.add_argument("--partitions", default="1,10,100,1000,10000")
     parser.add_argument("--layouts", default="one-topic,100-topics")
-    parser.add_argument("--kafka-max-partitions", type=int, default=1000,
-                        help="a single-node Kafka with a 512 MB heap on 2 cores takes minutes per 10,000 partitions")
+    parser.add_argument("--kafka-max-partitions", type=int, default=10_000, help="skip larger Kafka points")
+    parser.add_argument(
+        "--kafka-stock",
+        action="store_true",
+        help=f"run Kafka without the benchmark settings {KAFKA_BENCH_CONFIG}",
+    )
+    parser.add_argument(
+        "--kafka-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="another Kafka server property (repeatable)",
+    )
+    parser.add_argument(
+        "--merge",
+        action="append",
+        default=[],
+        metavar="JSON",
+        help="points of an earlier --json run to report and plot with this run's (repeatable; "
+        "--brokers '' measures nothing)",
+    )
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--plots", help="write PNG plots into this directory")
-    parser.add_argument("--startup", action="store_true", help="measure broker_min start-up and recovery instead")
+    parser.add_argument(
+        "--startup", action="store_true", help="measure broker_min start-up and recovery instead"
+    )
     parser.add_argument("--startup-partitions", type=int, default=10_000)
     parser.add_argument("--startup-gb", type=float, default=10.0)
     parser.add_argument("--json")
@@ -343,14 +507,19 @@ def main() -> None:
         print(json.dumps(run_worker(json.loads(args.worker))))
         return
     if args.smoke:
-        args.brokers, args.partitions, args.records, args.layouts = "broker_min", "1,100", 5000, "one-topic,100-topics"
+        args.brokers, args.partitions, args.records, args.layouts = (
+            "broker_min",
+            "1,100",
+            5000,
+            "one-topic,100-topics",
+        )
         args.startup_partitions, args.startup_gb = 200, 0.01
-    output: dict[str, Any] = {"args": vars(args)}
+    output: dict[str, Any] = {"args": vars(args), "kafka_config": _kafka_config(args)}
     if args.startup or args.smoke:
         output["startup"] = measure_startup(args.startup_partitions, args.startup_gb)
         print(json.dumps(output["startup"], indent=1))
     if not args.startup:
-        points = measure_curves(args)
+        points = merge_points(args.merge, measure_curves(args))
         output["points"] = points
         print(report_curves(points, args.records))
         if args.plots:
