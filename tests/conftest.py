@@ -173,3 +173,13 @@ def _topic_prefix(test_name: str) -> str:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for note in _startup_notes:
         terminalreporter.write_line(note)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--chaos-long",
+        action="store_true",
+        default=False,
+        help="tests/test_chaos_scenarios.py: repeat each fault and run every scenario with confluent-kafka "
+        "and aiokafka too (minutes; run before calling a resilience change done)",
+    )

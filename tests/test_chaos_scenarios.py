@@ -1,0 +1,341 @@
+"""Issue 11's scenarios: faults on a 3-node Apache Kafka under load, checked like Kafka's system tests.
+
+Each scenario runs an idempotent acks=all producer (unique sequential values per
+key), a consumer group committing after every batch and, where it matters, a
+transactional copier, all through the fault proxies of tests/kafka_cluster.py,
+while it injects its fault. The checker (tests/chaos_checker.py) then proves
+that no acknowledged record was lost, none was duplicated or reordered, the
+group read everything, its committed offsets never went backwards, and the
+copier's read_committed output is its input exactly once.
+
+The suite runs each scenario once, with kafkakit, in a short form. ``--chaos-long``
+repeats every fault several times and runs each scenario with confluent-kafka
+and aiokafka too, then prints the table docs/reliability.md shows (also written to
+``$KAFKAKIT_CHAOS_REPORT`` when set).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.chaos_checker import (
+    ChaosReport,
+    TransactionalCopier,
+    VerifiableConsumer,
+    VerifiableProducer,
+    verify,
+    wait_copied,
+    wait_read,
+)
+from tests.chaos_clients import ClientName
+from tests.kafka_cluster import KafkaCluster, cluster_fixture
+
+kafka_cluster = cluster_fixture()
+
+pytestmark = pytest.mark.timeout(600)
+
+PRODUCER_ID = "chaos-producer"
+CONSUMER_ID = "chaos-consumer"
+#: Broker session timeout of the harness (broker.session.timeout.ms): a silent broker is fenced after it.
+BROKER_SESSION_S = 5.0
+REPORTS: list[ChaosReport] = []
+
+
+def _settings(client: ClientName, role: str) -> dict[str, Any]:
+    """The same timeouts for every client (10 s requests and sessions), and client ids the proxies match."""
+    name = PRODUCER_ID if role == "producer" else CONSUMER_ID
+    if client == "kafkakit":
+        common: dict[str, Any] = {"client_id": name, "request_timeout_ms": 10000}
+        group = {"session_timeout_ms": 10000, "heartbeat_interval_ms": 1000}
+    elif client == "aiokafka":
+        common = {"client_id": name, "request_timeout_ms": 10000}
+        group = {"session_timeout_ms": 10000, "heartbeat_interval_ms": 1000}
+    else:
+        common = {"client.id": name, "request.timeout.ms" if role == "producer" else "socket.timeout.ms": 10000}
+        group = {"session.timeout.ms": 10000, "heartbeat.interval.ms": 1000}
+    return common if role == "producer" else {**common, **group}
+
+
+@dataclass
+class Scenario:
+    """What a fault may touch: the cluster, the topic, and the running drivers (it may add members)."""
+
+    cluster: KafkaCluster
+    topic: str
+    group: str
+    client: ClientName
+    producer: VerifiableProducer | None = None
+    members: list[VerifiableConsumer] = field(default_factory=list)
+    copiers: list[TransactionalCopier] = field(default_factory=list)
+    bootstrap: str = ""
+
+    async def add_member(self) -> VerifiableConsumer:
+        member = VerifiableConsumer(
+            self.bootstrap, self.topic, self.group, client=self.client,
+            settings=_settings(self.client, "consumer"), name=f"m{len(self.members)}",
+        )  # fmt: skip
+        self.members.append(member)
+        await member.start()
+        return member
+
+    async def progress(self, records: int = 200, timeout: float = 90.0) -> None:
+        """Wait until the producer got ``records`` more acknowledgements (the cluster serves again)."""
+        assert self.producer is not None
+        await self.producer.wait_acked(len(self.producer.acks) + records, timeout=timeout)
+
+    def leader(self) -> int:
+        return self.cluster.leader_of(self.topic, 0)
+
+
+Fault = Callable[[Scenario], Awaitable[None]]
+
+
+def _long(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--chaos-long"))
+
+
+def _clients(request: pytest.FixtureRequest) -> list[ClientName]:
+    return ["kafkakit", "confluent", "aiokafka"] if _long(request) else ["kafkakit"]
+
+
+@pytest.fixture(autouse=True)
+def healed(kafka_cluster: KafkaCluster) -> Iterator[None]:
+    """Every scenario starts from a healthy cluster, whatever the previous one left."""
+    kafka_cluster.heal()
+    yield
+    kafka_cluster.heal()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report_table() -> Iterator[None]:
+    yield
+    if not REPORTS:
+        return
+    lines = [ChaosReport.markdown_header(), *(r.markdown_row() for r in REPORTS)]
+    print("\n" + "\n".join(lines))
+    target = os.environ.get("KAFKAKIT_CHAOS_REPORT")
+    if target:
+        Path(target).write_text("\n".join(lines) + "\n")
+
+
+async def run_scenario(
+    cluster: KafkaCluster,
+    label: str,
+    fault: Fault,
+    *,
+    client: ClientName = "kafkakit",
+    rounds: int = 1,
+    transactional: bool = False,
+    copier: bool = False,
+    before_start: Fault | None = None,
+) -> ChaosReport:
+    """Run the drivers, inject ``fault`` ``rounds`` times under load, and check everything."""
+    topic = f"chaos-{uuid.uuid4().hex[:10]}"
+    await asyncio.to_thread(cluster.create_topic, topic, 3)
+    scenario = Scenario(cluster, topic, f"g-{topic}", client, bootstrap=cluster.bootstrap_servers)
+    if before_start is not None:
+        await before_start(scenario)
+    output = f"{topic}-copy"
+    if copier:
+        await asyncio.to_thread(cluster.create_topic, output, 3)
+    producer = scenario.producer = VerifiableProducer(
+        scenario.bootstrap, topic, client=client, rate=400,
+        transactional_id=f"tx-{topic}" if transactional else None, transaction_size=100,
+        settings=_settings(client, "producer"),
+    )  # fmt: skip
+    if copier:
+        scenario.copiers.append(
+            TransactionalCopier(scenario.bootstrap, topic, output, f"copy-{topic}", f"copier-{topic}")
+        )
+    try:
+        for _ in range(2):
+            await scenario.add_member()
+        for copy in scenario.copiers:
+            await copy.start()
+        await producer.start()
+        await scenario.progress(300)
+        for _ in range(rounds):
+            await fault(scenario)
+            await scenario.progress()
+        await producer.stop()
+        await wait_read(scenario.members, producer.acks, timeout=120)
+        if scenario.copiers:
+            await wait_copied(scenario.copiers, len(producer.acks), timeout=120)
+    finally:
+        for driver in (producer, *scenario.members, *scenario.copiers):
+            await driver.stop()
+    report = await verify(
+        scenario.bootstrap, producer=producer, consumers=scenario.members, copiers=scenario.copiers,
+        label=f"{label} x{rounds}",
+    )  # fmt: skip
+    REPORTS.append(report)
+    print(report.summary())
+    report.raise_if_violated()
+    return report
+
+
+# --------------------------------------------------------------------------- faults
+
+
+async def _kill_leader(s: Scenario) -> None:
+    victim = s.leader()
+    await asyncio.to_thread(s.cluster.kill, victim)
+    await s.progress(100)  # the producer goes on through the new leader while the node is down
+    await asyncio.to_thread(s.cluster.start_node, victim)
+    await asyncio.to_thread(s.cluster.wait_isr, s.topic, 0, 3)
+
+
+async def _kill_controller(s: Scenario) -> None:
+    victim = await asyncio.to_thread(s.cluster.active_controller)
+    await asyncio.to_thread(s.cluster.kill, victim)
+    await asyncio.sleep(2)
+    await asyncio.to_thread(s.cluster.start_node, victim)
+    await asyncio.to_thread(s.cluster.wait_healthy, [s.topic])
+
+
+async def _rolling_restart(s: Scenario) -> None:
+    for node in s.cluster.node_ids:
+        await asyncio.to_thread(s.cluster.stop, node)  # SIGTERM: a controlled shutdown
+        await asyncio.to_thread(s.cluster.start_node, node)
+        await asyncio.to_thread(s.cluster.wait_healthy, [s.topic])
+
+
+async def _zombie_leader(s: Scenario) -> None:
+    victim = s.leader()
+    await asyncio.to_thread(s.cluster.pause, victim)
+    await asyncio.sleep(BROKER_SESSION_S + 2)  # fenced and replaced while frozen
+    await asyncio.to_thread(s.cluster.resume, victim)
+    await asyncio.to_thread(s.cluster.wait_isr, s.topic, 0, 3)
+
+
+async def _cut_clients_from_leader(s: Scenario) -> None:
+    proxy = s.cluster.proxy(s.leader())
+    proxy.blackhole(PRODUCER_ID)
+    proxy.blackhole(CONSUMER_ID)
+    await asyncio.sleep(6)
+    proxy.clear(PRODUCER_ID)
+    proxy.clear(CONSUMER_ID)
+
+
+async def _group_coordinator_dies_mid_rebalance(s: Scenario) -> None:
+    coordinator = await asyncio.to_thread(s.cluster.coordinator_of, s.group, "group")
+    await s.add_member()  # its JoinGroup starts a rebalance...
+    await asyncio.sleep(0.3)
+    await asyncio.to_thread(s.cluster.kill, coordinator)  # ...that the coordinator does not finish
+    await asyncio.sleep(2)
+    await asyncio.to_thread(s.cluster.start_node, coordinator)
+    await asyncio.to_thread(s.cluster.wait_healthy, [s.topic])
+
+
+async def _transaction_coordinator_dies(s: Scenario) -> None:
+    assert s.producer is not None and s.producer.transactional_id is not None
+    coordinator = await asyncio.to_thread(s.cluster.coordinator_of, s.producer.transactional_id, "transaction")
+    # With transactions of 100 records at 400/s one is nearly always open: partitions added, no EndTxn yet.
+    await asyncio.to_thread(s.cluster.kill, coordinator)
+    await s.progress(100)
+    await asyncio.to_thread(s.cluster.start_node, coordinator)
+    await asyncio.to_thread(s.cluster.wait_healthy, [s.topic])
+
+
+async def _leader_back_on_another_port(s: Scenario) -> None:
+    await asyncio.to_thread(s.cluster.restart, s.leader(), new_port=True, crash=True)
+    await asyncio.to_thread(s.cluster.wait_healthy, [s.topic])
+
+
+async def _nothing(s: Scenario) -> None:
+    await asyncio.sleep(1)
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+@pytest.fixture(params=["kafkakit", "confluent", "aiokafka"])
+def client(request: pytest.FixtureRequest) -> ClientName:
+    name: ClientName = request.param
+    if name not in _clients(request):
+        pytest.skip("peers run with --chaos-long")
+    return name
+
+
+def _rounds(request: pytest.FixtureRequest, short: int, long: int) -> int:
+    return long if _long(request) else short
+
+
+async def test_leader_killed_again_and_again(
+    kafka_cluster: KafkaCluster, client: ClientName, request: pytest.FixtureRequest
+) -> None:
+    await run_scenario(kafka_cluster, "kill -9 the leader", _kill_leader, client=client, rounds=_rounds(request, 2, 5))
+
+
+async def test_active_controller_killed(
+    kafka_cluster: KafkaCluster, client: ClientName, request: pytest.FixtureRequest
+) -> None:
+    await run_scenario(kafka_cluster, "kill -9 the controller", _kill_controller, client=client, rounds=_rounds(request, 1, 3))
+
+
+async def test_rolling_restart_under_load(
+    kafka_cluster: KafkaCluster, client: ClientName, request: pytest.FixtureRequest
+) -> None:
+    await run_scenario(kafka_cluster, "rolling restart", _rolling_restart, client=client, rounds=_rounds(request, 1, 2))
+
+
+async def test_zombie_leader_paused_past_its_session(
+    kafka_cluster: KafkaCluster, client: ClientName, request: pytest.FixtureRequest
+) -> None:
+    await run_scenario(kafka_cluster, "SIGSTOP the leader", _zombie_leader, client=client, rounds=_rounds(request, 1, 3))
+
+
+async def test_clients_cut_off_from_the_leader(
+    kafka_cluster: KafkaCluster, client: ClientName, request: pytest.FixtureRequest
+) -> None:
+    await run_scenario(
+        kafka_cluster, "network cut to the leader", _cut_clients_from_leader, client=client, rounds=_rounds(request, 1, 3)
+    )
+
+
+async def test_group_coordinator_fails_during_a_rebalance(
+    kafka_cluster: KafkaCluster, client: ClientName, request: pytest.FixtureRequest
+) -> None:
+    await run_scenario(
+        kafka_cluster, "group coordinator dies mid-rebalance", _group_coordinator_dies_mid_rebalance,
+        client=client, rounds=_rounds(request, 1, 3),
+    )  # fmt: skip
+
+
+async def test_transaction_coordinator_fails_inside_transactions(
+    kafka_cluster: KafkaCluster, client: ClientName, request: pytest.FixtureRequest
+) -> None:
+    await run_scenario(
+        kafka_cluster, "transaction coordinator dies", _transaction_coordinator_dies,
+        client=client, rounds=_rounds(request, 1, 3), transactional=True, copier=client == "kafkakit",
+    )  # fmt: skip
+
+
+async def test_leader_comes_back_on_another_port(
+    kafka_cluster: KafkaCluster, client: ClientName, request: pytest.FixtureRequest
+) -> None:
+    await run_scenario(
+        kafka_cluster, "leader back on a new port", _leader_back_on_another_port, client=client,
+        rounds=_rounds(request, 1, 2),
+    )  # fmt: skip
+
+
+async def test_bootstrap_list_with_a_dead_node(kafka_cluster: KafkaCluster, client: ClientName) -> None:
+    async def kill_first_bootstrap_node(s: Scenario) -> None:
+        dead = s.cluster.node_ids[0]
+        await asyncio.to_thread(s.cluster.kill, dead)
+        # The dead node first in the list every client starts from: they must move on to the next.
+        s.bootstrap = ",".join(s.cluster.bootstrap_of(n) for n in s.cluster.node_ids)
+
+    await run_scenario(
+        kafka_cluster, "bootstrap list with a dead node", _nothing, client=client,
+        before_start=kill_first_bootstrap_node,
+    )  # fmt: skip
