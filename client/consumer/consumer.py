@@ -9,6 +9,7 @@ partitions and may still commit offsets for the group.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import ssl
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -36,6 +37,7 @@ from .range_reader import FetchedRange, RangeSettings, read_range
 from .subscription import ConsumerRebalanceListener, SubscriptionState
 
 Record: TypeAlias = ConsumerRecord[Any, Any]
+log = logging.getLogger(__name__)
 
 _RESET_POLICIES = ("earliest", "latest", "none")
 _ISOLATION_LEVELS = {"read_uncommitted": READ_UNCOMMITTED, "read_committed": READ_COMMITTED}
@@ -316,15 +318,25 @@ class Consumer:
         except KafkaError:
             pass
 
-    async def stop(self) -> None:
+    async def stop(self, timeout: float = 30.0) -> None:
         """Leave the group (committing and revoking first, see ``leave_group_on_close``), stop
-        fetching and close every connection; waiting calls raise ConsumerStoppedError."""
+        fetching and close every connection; waiting calls raise ConsumerStoppedError.
+
+        The group's goodbye (commit, listener, LeaveGroup) gets ``timeout`` seconds (Java's
+        close() default: 30 s); past it, as when the cluster is unreachable, the consumer
+        stops without it and the group notices through the session timeout.
+        """
         if self._closed or self._stopping:
             return
         self._stopping = True
         if self._group is not None and self._started:
             # Before _closed: the listener may still commit() the partitions it gives up.
-            await self._group.close()
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._group.close()
+            except TimeoutError:
+                log.warning("consumer stopped without leaving its group: no answer within %ss", timeout)
+                await self._group.abort()
         self._closed = True
         await self._fetcher.close()
         await self._cluster.close()

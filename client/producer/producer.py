@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import logging
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -65,6 +66,7 @@ from kafkakit.records import Compression
 from kafkakit.structs import Header, OffsetAndMetadata, RecordMetadata, TopicPartition
 
 _new_object = object.__new__
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from kafkakit.consumer.group import GroupMetadata
@@ -275,8 +277,13 @@ class Producer:
         self._accepting = True
         self._update_send_path()
 
-    async def stop(self) -> None:
-        """Stop accepting records, deliver everything already sent, then close connections."""
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop accepting records, deliver everything already sent, then close connections.
+
+        ``timeout`` (seconds) bounds the wait for delivery, as Java's ``close(Duration)``:
+        records still undelivered then fail with ProducerClosed. Without it, delivery is
+        waited for up to ``delivery_timeout_ms``, reachable cluster or not.
+        """
         if self._closed:
             return
         self._closed = True
@@ -284,7 +291,9 @@ class Producer:
         self._update_send_path()
         if self._started:
             try:
-                await self.flush()
+                await self.flush(timeout)
+            except TimeoutError:
+                log.warning("producer stopped after %ss with records undelivered: they fail", timeout)
             finally:
                 self._acc.closed = True
                 await self._sender.stop()
