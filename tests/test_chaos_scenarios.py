@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,6 +163,7 @@ async def run_scenario(
             await copy.start()
         await producer.start()
         await scenario.progress(300)
+        warm = time.monotonic()  # stalls count from here: a client's start-up is not a failover
         for _ in range(rounds):
             await fault(scenario)
             await scenario.progress()
@@ -176,10 +178,20 @@ async def run_scenario(
         scenario.bootstrap, producer=producer, consumers=scenario.members, copiers=scenario.copiers,
         label=f"{label} x{rounds}",
     )  # fmt: skip
+    report.max_ack_gap, report.max_ack_gap_at = _stall(a.time for a in producer.acks if a.time >= warm)
+    reads = [r.time for m in scenario.members for r in m.records if r.time >= warm]
+    report.max_consume_gap = _stall(reads)[0]
     REPORTS.append(report)
     print(report.summary())
     report.raise_if_violated()
     return report
+
+
+def _stall(times: Iterable[float]) -> tuple[float, float]:
+    """The longest gap between consecutive times, and when it began (after the first)."""
+    ordered = sorted(times)
+    gaps = [(b - a, a - ordered[0]) for a, b in zip(ordered, ordered[1:], strict=False)]
+    return max(gaps, default=(0.0, 0.0))
 
 
 # --------------------------------------------------------------------------- faults
@@ -339,3 +351,71 @@ async def test_bootstrap_list_with_a_dead_node(kafka_cluster: KafkaCluster, clie
         kafka_cluster, "bootstrap list with a dead node", _nothing, client=client,
         before_start=kill_first_bootstrap_node,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("policy", ["earliest", "none"])
+async def test_unclean_election_truncation_is_detected(kafka_cluster: KafkaCluster, policy: str) -> None:
+    """KIP-320 for real: records a consumer read vanish in an unclean election; it notices.
+
+    Replicas A and B, C outside (so killing A and B in turn never loses the KRaft
+    quorum for long). B stops; A alone takes 50 more records (min.insync.replicas=1)
+    and the consumer reads and commits them. A dies and B, which never had them,
+    becomes leader uncleanly. The consumer's position is past B's log: with a reset
+    policy it goes on from where the logs diverge, with "none" it raises
+    LogTruncationError naming that offset.
+    """
+    from kafkakit import Consumer, Producer, TopicPartition
+    from kafkakit.errors import LogTruncationError
+
+    cluster = kafka_cluster
+    a, b, _ = cluster.node_ids
+    topic = f"unclean-{uuid.uuid4().hex[:8]}"
+    configs = {"min.insync.replicas": "1", "unclean.leader.election.enable": "true"}
+    await asyncio.to_thread(cluster.create_topic, topic, configs=configs, assignments={0: [a, b]})
+    tp = TopicPartition(topic, 0)
+    servers = cluster.bootstrap_servers
+
+    async def produce(values: range) -> None:
+        async with Producer(bootstrap_servers=servers, acks="all", request_timeout_ms=10000) as producer:
+            for v in values:
+                await producer.send(topic, b"%d" % v, partition=0)
+
+    consumer = Consumer(
+        bootstrap_servers=servers, group_id=f"g-{topic}", auto_offset_reset=policy, enable_auto_commit=False,
+        request_timeout_ms=10000, fetch_max_wait_ms=200, metadata_max_age_ms=1000,
+    )  # fmt: skip
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+
+        async def read_to(end: int) -> list[int]:
+            got: list[int] = []
+            for _ in range(300):
+                if await consumer.position(tp) >= end:
+                    break
+                for batch in (await consumer.getmany(tp, timeout_ms=200)).values():
+                    got.extend(int(r.value or b"-1") for r in batch)
+            return got
+
+        await produce(range(100))
+        assert await read_to(100) == list(range(100))
+        await asyncio.to_thread(cluster.kill, b)
+        await asyncio.to_thread(cluster.wait_isr, topic, 0, 1)
+        await produce(range(100, 150))  # only on A
+        assert await read_to(150) == list(range(100, 150))
+        await consumer.commit()
+        await asyncio.to_thread(cluster.kill, a)
+        await asyncio.to_thread(cluster.start_node, b)  # B has 100 records: an unclean leader
+        assert await asyncio.to_thread(cluster.wait_leader, topic, 0, exclude=[a], timeout=60) == b
+        await produce(range(1000, 1010))  # B's offsets 100.. now hold other records
+        if policy == "none":
+            with pytest.raises(LogTruncationError) as raised:
+                for _ in range(300):
+                    await consumer.getmany(tp, timeout_ms=200)
+            assert raised.value.divergent_offsets == {tp: 100}
+            consumer.seek(tp, 100)
+        got = await read_to(110)
+        assert got == list(range(1000, 1010)), got  # from the divergence point, nothing skipped
+    finally:
+        await consumer.stop(timeout=5)
