@@ -15,6 +15,11 @@ Spark's connector jars come from benchmarks/spark_read.py (Maven, cached).
     python benchmarks/spark_sink.py                      # 2,000,000 x 100 B, 10 batches, broker_min and kafka
     python benchmarks/spark_sink.py --smoke              # seconds: broker_min, 20,000 records, kafkakit only
     python benchmarks/spark_sink.py --brokers kafka --records 5000000 --pipelines kafkakit-eos,spark
+    python benchmarks/spark_sink.py --write-path --records 1000000 --runs 3   # the sink's write path, no Spark
+
+Each pipeline's result also gives CPU seconds per process group (Spark's JVM, the Python
+task workers, Spark's driver-side Python processes, the broker) and Spark's own split of
+the micro-batches' time (``durationMs``).
 
 Prints records/s per pipeline and the ratios to Spark's connector.
 """
@@ -225,6 +230,81 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+def measure_write_path(args: argparse.Namespace) -> dict[str, Any]:
+    """The sink's write path without Spark: ``arrow_chunk`` and the at-least-once task writer.
+
+    What a Python worker does with its Arrow input (``upper(value)`` arrives as
+    a string column, the key as an all-null binary column), timed in this
+    process against each broker: records/s, and how much of it ``arrow_chunk`` is.
+    """
+    import pyarrow as pa
+    from kafkakit import Admin, Consumer, NewTopic, TopicPartition
+    from kafkakit.spark import sink
+
+    rows = min(args.records, 100_000)
+    value = ("0123456789ABCDEF" * (args.size // 16 + 1))[: args.size]
+    batch = pa.RecordBatch.from_arrays(
+        [pa.nulls(rows, pa.binary()), pa.array([value] * rows, pa.string())], names=["key", "value"]
+    )
+    layout = sink.Layout("value", True, key="key")
+    chunks = max(1, args.records // rows)
+    results: dict[str, Any] = {"args": vars(args), "brokers": {}}
+    with tempfile.TemporaryDirectory(prefix="kafkakit-spark-sink-path-") as tmp:
+        for kind in args.brokers.split(","):
+            server = spark_read.start_broker(kind, Path(tmp))
+            try:
+                bootstrap = server.bootstrap_servers
+                topic = f"sink-path-{uuid.uuid4().hex[:8]}"
+
+                async def create(name: str = topic, servers: str = bootstrap) -> None:
+                    async with Admin(bootstrap_servers=servers) as admin:
+                        await admin.create_topics([NewTopic(name, num_partitions=args.partitions)])
+
+                asyncio.run(create())
+                config = sink.SinkConfig(bootstrap, topic, layout, {"acks": "all"})
+                sink.arrow_chunk(batch, layout)  # untimed: its first call imports pyarrow.compute
+                started = time.perf_counter()
+                for _ in range(chunks):
+                    sink.arrow_chunk(batch, layout)
+                arrow_s = (time.perf_counter() - started) / chunks
+                best: dict[str, Any] = {}
+                for run in range(args.runs + 1):  # the first run starts the producer: untimed
+                    cpu, started = time.process_time(), time.perf_counter()
+                    written = sink._write_at_least_once(
+                        config, (sink.arrow_chunk(batch, layout) for _ in range(chunks)), None, 0, run
+                    )
+                    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+                    if run and (not best or seconds < best["seconds"]):
+                        best = {"seconds": seconds, "cpu_s": cpu, "records_per_s": written / seconds}
+                    print(f"  {kind} write path run {run}: {written / seconds:,.0f} records/s", flush=True)
+
+                async def stored(name: str = topic, servers: str = bootstrap) -> int:
+                    async with Consumer(bootstrap_servers=servers) as consumer:
+                        ends = await consumer.end_offsets(
+                            [TopicPartition(name, p) for p in range(args.partitions)]
+                        )
+                    return sum(ends.values())
+
+                expected = chunks * rows * (args.runs + 1)
+                if asyncio.run(stored()) != expected:
+                    raise RuntimeError(f"the broker holds {asyncio.run(stored())} records, not {expected}")
+                count = chunks * rows
+                best["ns_per_record"] = best["seconds"] / count * 1e9
+                best["arrow_chunk_ns_per_record"] = arrow_s / rows * 1e9
+                best["cpu_ns_per_record"] = best["cpu_s"] / count * 1e9
+                results["brokers"][kind] = best
+            finally:
+                server.stop()
+    print("\n| broker | records/s | ns/record | CPU ns/record | of which arrow_chunk |")
+    print("|---|---:|---:|---:|---:|")
+    for kind, r in results["brokers"].items():
+        print(
+            f"| {kind} | {r['records_per_s']:,.0f} | {r['ns_per_record']:.0f} | {r['cpu_ns_per_record']:.0f} "
+            f"| {r['arrow_chunk_ns_per_record']:.0f} |"
+        )
+    return results
+
+
 def report(results: dict[str, Any]) -> None:
     args = results["args"]
     print(
@@ -260,12 +340,20 @@ def main() -> None:
     parser.add_argument(
         "--smoke", action="store_true", help="seconds: 20,000 records, broker_min, kafkakit pipelines"
     )
+    parser.add_argument(
+        "--write-path",
+        action="store_true",
+        help="no Spark: time arrow_chunk + the sink's task writer on batches of up to 100,000 rows",
+    )
     args = parser.parse_args()
     if args.smoke:
         args.records, args.batches, args.runs = 20_000, 2, 1
         args.brokers, args.pipelines = "broker_min", "kafkakit-eos,kafkakit"
-    results = measure(args)
-    report(results)
+    if args.write_path:
+        results = measure_write_path(args)
+    else:
+        results = measure(args)
+        report(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))
 
