@@ -130,3 +130,17 @@ async def test_an_epoch_the_leader_never_had_resets_by_policy(broker: Any, boots
             for _ in range(100):
                 await strict.getmany(timeout_ms=200)
     assert raised.value.divergent_offsets == {tp: None}
+
+
+async def test_an_out_of_range_committed_offset_resets_by_the_policy(bootstrap: str, topic: str) -> None:
+    """A committed offset past the log end (no epoch to check) is out of range: the consumer resets
+    by auto_offset_reset, as Java does, instead of going back to the same committed offset forever."""
+    await setup_topic(bootstrap, topic)
+    await write(bootstrap, topic, values(10))
+    tp = TopicPartition(topic, 0)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    await _commit(bootstrap, group, tp, OffsetAndMetadata(100))
+    async with consumer_for(bootstrap, group_id=group, enable_auto_commit=False) as consumer:
+        consumer.subscribe([topic])
+        records = await read(consumer, 10)
+    assert [r.offset for r in records] == list(range(10))

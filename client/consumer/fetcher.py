@@ -716,6 +716,7 @@ class Fetcher:
                     self._config.auto_offset_reset,
                 )
                 state.seek(None)
+                state.reset_by_policy = True  # as Java: by the policy, not back to a committed offset
             return False
         if code in _REFRESH_ERRORS or Cluster.is_refresh_error(code):
             self._cluster.request_metadata_update()
