@@ -322,8 +322,10 @@ def _session(frame: bytes) -> tuple[int, int]:
     at = 14 + max(client_id_len, 0)
     if version >= 12:
         at += 1  # the header's tagged fields: none
-    # replica_id, max_wait_ms, min_bytes, max_bytes (v3+), isolation_level (v4+), session_id, session_epoch
-    session_id, epoch = struct.unpack_from(">ii", frame, at + 4 + 4 + 4 + 4 + 1)
+    # replica_id (up to v14; v15 moved it to a tagged field), max_wait_ms, min_bytes, max_bytes (v3+),
+    # isolation_level (v4+), session_id, session_epoch
+    replica_id = 4 if version < 15 else 0
+    session_id, epoch = struct.unpack_from(">ii", frame, at + replica_id + 4 + 4 + 4 + 1)
     return int(session_id), int(epoch)
 
 

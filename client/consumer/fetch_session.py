@@ -22,12 +22,25 @@ Fetch is full again.
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+from kafkakit.cluster import ClusterMetadata
 from kafkakit.structs import TopicPartition
 
-__all__ = ["FetchEntry", "FetchSessionHandler", "SessionRequest", "SessionStats", "fetch_topics", "forgotten_topics"]
+__all__ = [
+    "FetchEntry",
+    "FetchSessionHandler",
+    "SessionRequest",
+    "SessionStats",
+    "fetch_topics",
+    "fetch_version",
+    "forgotten_topics",
+    "response_topic_name",
+    "topic_ids",
+]
 
 #: One partition of a Fetch: (partition, fetch offset, max bytes, current leader epoch).
 FetchEntry: TypeAlias = tuple[TopicPartition, int, int, int]
@@ -35,7 +48,10 @@ FetchEntry: TypeAlias = tuple[TopicPartition, int, int, int]
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71
 #: Fetch error codes that mean "start a new session".
-SESSION_ERRORS = frozenset({FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH})
+FETCH_SESSION_TOPIC_ID_ERROR = 106  # a session's requests switched between topic names and ids
+SESSION_ERRORS = frozenset({FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_TOPIC_ID_ERROR})
+#: Fetch v13 names topics by id (KIP-516); v16 adds new-leader hints (KIP-951).
+TOPIC_ID_VERSION = 13
 #: Fetch v7 added sessions.
 FIRST_SESSION_VERSION = 7
 
@@ -134,8 +150,34 @@ class FetchSessionHandler:
         self._sent = {}
 
 
-def fetch_topics(partitions: list[FetchEntry]) -> list[dict[str, Any]]:
-    """A Fetch request's ``topics`` for (partition, fetch offset, max bytes, leader epoch) entries."""
+def topic_ids(metadata: ClusterMetadata, names: Iterable[str]) -> dict[str, uuid.UUID] | None:
+    """The ids of ``names`` from metadata, or None when one is unknown (then Fetch must name topics)."""
+    ids: dict[str, uuid.UUID] = {}
+    for name in names:
+        topic = metadata.topics.get(name)
+        topic_id = None if topic is None else topic.topic_id
+        if not isinstance(topic_id, uuid.UUID) or topic_id.int == 0:
+            return None
+        ids[name] = topic_id
+    return ids
+
+
+def fetch_version(negotiated: int, ids: dict[str, uuid.UUID] | None) -> int:
+    """The Fetch version to send: the negotiated one, below topic ids when some id is unknown."""
+    return negotiated if ids is not None or negotiated < TOPIC_ID_VERSION else TOPIC_ID_VERSION - 1
+
+
+def response_topic_name(topic: Any, names_by_id: Mapping[uuid.UUID, str]) -> str | None:
+    """A Fetch response topic's name (v13+ answer with the topic id)."""
+    name = getattr(topic, "topic", None)
+    return name if name is not None else names_by_id.get(topic.topic_id)
+
+
+def fetch_topics(partitions: list[FetchEntry], ids: Mapping[str, uuid.UUID] | None = None) -> list[dict[str, Any]]:
+    """A Fetch request's ``topics`` for (partition, fetch offset, max bytes, leader epoch) entries.
+
+    Both the name and the id are given: the request class of the version keeps the one it has.
+    """
     topics: dict[str, list[dict[str, Any]]] = {}
     for tp, offset, max_bytes, leader_epoch in partitions:
         topics.setdefault(tp.topic, []).append(
@@ -148,12 +190,16 @@ def fetch_topics(partitions: list[FetchEntry]) -> list[dict[str, Any]]:
                 "partition_max_bytes": max_bytes,
             }
         )
-    return [{"topic": name, "partitions": parts} for name, parts in topics.items()]
+    return [{"topic": name, "topic_id": _id(ids, name), "partitions": parts} for name, parts in topics.items()]
 
 
-def forgotten_topics(partitions: list[TopicPartition]) -> list[dict[str, Any]]:
+def forgotten_topics(partitions: list[TopicPartition], ids: Mapping[str, uuid.UUID] | None = None) -> list[dict[str, Any]]:
     """A Fetch request's ``forgotten_topics_data`` for these partitions."""
     topics: dict[str, list[int]] = {}
     for tp in partitions:
         topics.setdefault(tp.topic, []).append(tp.partition)
-    return [{"topic": name, "partitions": parts} for name, parts in topics.items()]
+    return [{"topic": name, "topic_id": _id(ids, name), "partitions": parts} for name, parts in topics.items()]
+
+
+def _id(ids: Mapping[str, uuid.UUID] | None, name: str) -> uuid.UUID:
+    return ids[name] if ids is not None else uuid.UUID(int=0)

@@ -32,13 +32,14 @@ from kafkakit.errors import (
     RecordTooLargeError,
     for_code,
 )
+from kafkakit.protocol.build import make_request
 from kafkakit.protocol.framing import ApiKey
 from kafkakit.records import (
     decode_batch_list,
     iter_batch_headers,
     visible_batches,
 )
-from kafkakit.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
+from kafkakit.structs import BrokerInfo, ConsumerRecord, OffsetAndMetadata, TopicPartition
 
 from .fetch_session import (
     FIRST_SESSION_VERSION,
@@ -47,7 +48,10 @@ from .fetch_session import (
     SessionRequest,
     SessionStats,
     fetch_topics,
+    fetch_version,
     forgotten_topics,
+    response_topic_name,
+    topic_ids,
 )
 from .offsets import EARLIEST, LATEST, READ_COMMITTED, list_offsets
 from .partition_state import NO_EPOCH, Chunk, PartitionState
@@ -63,7 +67,9 @@ CommittedLookup: TypeAlias = Callable[[list[TopicPartition]], Awaitable[dict[Top
 _OFFSET_OUT_OF_RANGE = 1
 # Partition errors that a metadata refresh (and a retry) fixes: unknown topic or
 # leader, not leader, storage error, fenced/unknown leader epoch, offset not available.
-_REFRESH_ERRORS = {3, 5, 6, 56, 74, 75, 76, 78}
+_REFRESH_ERRORS = {3, 5, 6, 56, 74, 75, 76, 78, 100, 103}  # ... unknown / inconsistent topic id
+#: Errors whose Fetch v16+ answer may name the new leader (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH).
+_HINTED = frozenset({6, 74})
 
 
 class NoOffsetForPartitionError(OffsetOutOfRangeError):  # type: ignore[misc]
@@ -610,16 +616,21 @@ class Fetcher:
         else:
             plan = SessionRequest(0, -1, [(tp, *entry) for tp, entry in wanted.items()])
             session_fields = {"session_id": 0, "session_epoch": -1}
-        request = conn.request(
+        # v13+ name topics by id: every topic this session may answer for needs one.
+        ids = topic_ids(self._cluster.metadata, {tp.topic for tp in (*wanted, *plan.forgotten)})
+        version = fetch_version(conn.version(ApiKey.FETCH), ids)
+        request = make_request(
             ApiKey.FETCH,
+            version,
             cluster_id=None,
             replica_id=-1,
+            replica_state={"replica_id": -1, "replica_epoch": -1},  # v15+: a consumer
             max_wait=config.max_wait_ms,
             min_bytes=config.min_bytes,
             max_bytes=max_bytes,
             isolation_level=config.isolation_level,
-            topics=fetch_topics(plan.partitions),
-            forgotten_topics_data=forgotten_topics(plan.forgotten),
+            topics=fetch_topics(plan.partitions, ids),
+            forgotten_topics_data=forgotten_topics(plan.forgotten, ids),
             rack_id="",
             **session_fields,
         )
@@ -638,14 +649,27 @@ class Fetcher:
             log.warning("fetch from broker %s failed with error %s", node, code)
             return True
         backoff = False
+        names_by_id = {topic_id: name for name, topic_id in (ids or {}).items()}
         for topic in response.responses:
+            name = response_topic_name(topic, names_by_id)
             for p in topic.partitions:
-                tp = TopicPartition(topic.topic, int(p.partition_index))
+                tp = TopicPartition(name or "", int(p.partition_index))
                 state = self._states.get(tp)
                 if state is None or tp not in sent or state.epoch != sent[tp][0]:
                     continue  # unassigned or seeked while the request was out
-                backoff |= self._handle_partition(state, sent[tp][1], p)
+                failed = self._handle_partition(state, sent[tp][1], p)
+                # KIP-951 (Fetch v16+): a new leader named in the error is fetched from at once.
+                backoff |= failed and not (int(p.error_code) in _HINTED and self._take_leader_hint(tp, p, response))
         return backoff
+
+    def _take_leader_hint(self, tp: TopicPartition, p: Any, response: Any) -> bool:
+        hint = getattr(p, "current_leader", None)
+        if hint is None or int(hint.leader_id) < 0:
+            return False
+        endpoints = [
+            BrokerInfo(int(n.node_id), n.host, int(n.port), n.rack) for n in getattr(response, "node_endpoints", ())
+        ]
+        return self._cluster.metadata.apply_leader_hint(tp, int(hint.leader_id), int(hint.leader_epoch), endpoints)
 
     def _handle_partition(self, state: PartitionState, fetch_offset: int | None, p: Any) -> bool:
         """Store one partition's part of a Fetch response; True when it failed retriably."""

@@ -31,6 +31,7 @@ from kafkakit.errors import (
     RecordTooLargeError,
     for_code,
 )
+from kafkakit.protocol.build import make_request
 from kafkakit.protocol.framing import ApiKey
 from kafkakit.records import (
     BatchHeader,
@@ -42,6 +43,7 @@ from kafkakit.records import (
 )
 from kafkakit.structs import ConsumerRecord, TopicPartition
 
+from .fetch_session import fetch_topics, fetch_version, topic_ids
 from .offsets import READ_COMMITTED
 
 log = logging.getLogger(__name__)
@@ -195,31 +197,20 @@ class _RangeReader:
     async def _fetch(self, offset: int) -> _Response:
         settings = self.settings
         conn = await self.cluster.leader_connection(self.tp)
-        request = conn.request(
+        ids = topic_ids(self.cluster.metadata, [self.tp.topic])
+        request = make_request(
             ApiKey.FETCH,
+            fetch_version(conn.version(ApiKey.FETCH), ids),
             cluster_id=None,
             replica_id=-1,
+            replica_state={"replica_id": -1, "replica_epoch": -1},
             max_wait=settings.max_wait_ms,
             min_bytes=1,
             max_bytes=settings.max_bytes,
             isolation_level=settings.isolation_level,
             session_id=0,
             session_epoch=-1,
-            topics=[
-                {
-                    "topic": self.tp.topic,
-                    "partitions": [
-                        {
-                            "partition": self.tp.partition,
-                            "current_leader_epoch": -1,
-                            "fetch_offset": offset,
-                            "last_fetched_epoch": -1,
-                            "log_start_offset": -1,
-                            "partition_max_bytes": self.max_bytes,
-                        }
-                    ],
-                }
-            ],
+            topics=fetch_topics([(self.tp, offset, self.max_bytes, -1)], ids),
             forgotten_topics_data=[],
             rack_id="",
         )

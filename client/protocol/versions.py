@@ -11,7 +11,7 @@ from kafkakit.protocol.framing import ApiKey
 
 CLIENT_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 12),  # 13 names topics by id
-    ApiKey.FETCH: (4, 12),
+    ApiKey.FETCH: (4, 17),  # 13+ name topics by id; 16 adds KIP-951 leader hints
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (1, 12),
     ApiKey.OFFSET_COMMIT: (2, 8),
