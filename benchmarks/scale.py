@@ -174,23 +174,29 @@ def _spawn(spec: dict[str, Any], timeout: float) -> dict[str, float]:
     return result
 
 
-def _create(bootstrap: str, topics: list[str], partitions_each: int) -> float:
-    """Create the topics, wait until the broker leads every partition; return the seconds it took."""
+def _create(bootstrap: str, topics: list[str], partitions_each: int, per_request: int | None = None) -> float:
+    """Create the topics, wait until the broker leads every partition; return the seconds it took.
+
+    ``per_request`` caps the partitions of one CreateTopics or CreatePartitions
+    request (Kafka: ``PARTITIONS_PER_REQUEST``; None: one request, as broker_min,
+    which has no CreatePartitions, needs).
+    """
     from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
     started = time.perf_counter()
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    first = min(partitions_each, PARTITIONS_PER_REQUEST)
-    per_request = max(1, PARTITIONS_PER_REQUEST // first)
-    for i in range(0, len(topics), per_request):
+    cap = per_request or partitions_each * len(topics)
+    first = min(partitions_each, cap)
+    topics_per_request = max(1, cap // first)
+    for i in range(0, len(topics), topics_per_request):
         futures = admin.create_topics(
-            [NewTopic(t, first, 1) for t in topics[i : i + per_request]], request_timeout=600
+            [NewTopic(t, first, 1) for t in topics[i : i + topics_per_request]], request_timeout=600
         )
         for future in futures.values():
             future.result(600)
     have = first
     while have < partitions_each:
-        have = min(partitions_each, have + PARTITIONS_PER_REQUEST)
+        have = min(partitions_each, have + cap)
         for topic in topics:
             admin.create_partitions([NewPartitions(topic, have)], request_timeout=600)[topic].result(600)
     deadline = time.time() + 600
@@ -275,7 +281,8 @@ def measure_curves(args: argparse.Namespace) -> list[dict[str, Any]]:
                         for _ in range(args.runs):
                             for client in args.clients.split(","):
                                 topics = [f"scale-{uuid.uuid4().hex[:8]}-{i}" for i in range(ntopics)]
-                                created = _create(server.bootstrap_servers, topics, count // ntopics)
+                                cap = PARTITIONS_PER_REQUEST if broker_kind == "kafka" else None
+                                created = _create(server.bootstrap_servers, topics, count // ntopics, cap)
                                 print(f"{broker_kind:10s} {count:6d} {layout:10s} {client:9s} created and led in {created:.1f} s",
                                       flush=True)  # fmt: skip
                                 base = {"bootstrap": server.bootstrap_servers, "topics": topics,
