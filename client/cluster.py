@@ -282,6 +282,9 @@ class Cluster:
                 return conn
         node_ids = list(self.metadata.brokers)
         random.shuffle(node_ids)
+        # Brokers that just failed go last: trying one first would wait out its reconnect backoff
+        # (up to reconnect_backoff_max_ms) before the next broker is even asked.
+        node_ids.sort(key=lambda node_id: node_id in self._failures)
         for node_id in node_ids:
             try:
                 return await self.connection(node_id)
