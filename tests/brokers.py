@@ -61,7 +61,7 @@ _KAFKA_JVM_OPTS = (
     "-XX:-UsePerfData",
     "-Djava.awt.headless=true",
 )
-_LOG4J2_CONFIG = """\
+LOG4J2_CONFIG = """\
 status = warn
 appender.out.type = Console
 appender.out.name = out
@@ -133,7 +133,7 @@ def split_address(bootstrap_servers: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
     buf = bytearray()
     while len(buf) < n:
         chunk = sock.recv(n - len(buf))
@@ -150,8 +150,8 @@ def _round_trip(bootstrap_servers: str, request: Any, timeout: float) -> Any:
     with socket.create_connection((host, port), timeout=timeout) as sock:
         sock.settimeout(timeout)
         sock.sendall(encode_request(1, "kafkakit-tests", request))
-        (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
-        correlation_id, response = decode_response(api_key, version, _recv_exactly(sock, size))
+        (size,) = struct.unpack(">i", recv_exactly(sock, 4))
+        correlation_id, response = decode_response(api_key, version, recv_exactly(sock, size))
     if correlation_id != 1:
         raise ConnectionError(f"broker answered correlation id {correlation_id}, expected 1")
     return response
@@ -324,7 +324,7 @@ def _run_maven(output_dir: Path) -> None:
 # --------------------------------------------------------------------------- Apache Kafka
 
 
-def _kafka_uuid() -> str:
+def kafka_uuid() -> str:
     """A random Kafka Uuid in its base64 form (Kafka never issues ones starting with '-')."""
     while True:
         text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -425,11 +425,11 @@ class KafkaServer:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         body = "".join(f"{k}={v}\n" for k, v in self.server_properties().items())
         self.config_path.write_text(body)
-        (self.work_dir / "log4j2.properties").write_text(_LOG4J2_CONFIG)
+        (self.work_dir / "log4j2.properties").write_text(LOG4J2_CONFIG)
 
     def _format_storage(self) -> None:
         command = self._java_command(
-            "kafka.tools.StorageTool", "format", "-t", _kafka_uuid(), "-c", str(self.config_path),
+            "kafka.tools.StorageTool", "format", "-t", kafka_uuid(), "-c", str(self.config_path),
             *(arg for name, level in self.features.items() for arg in ("--feature", f"{name}={level}")),
         )  # fmt: skip
         result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)

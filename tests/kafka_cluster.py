@@ -29,7 +29,6 @@ missing, as the other Apache Kafka tests are).
 from __future__ import annotations
 
 import atexit
-import base64
 import concurrent.futures
 import contextlib
 import shutil
@@ -40,7 +39,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +49,15 @@ import pytest
 from kafkakit.protocol import ApiKey, decode_response, encode_request
 from kafkakit.protocol.build import make_request
 
-from tests.brokers import BrokerSetupError, ensure_kafka_jars, free_port, missing_kafka_tools
+from tests.brokers import (
+    LOG4J2_CONFIG,
+    BrokerSetupError,
+    ensure_kafka_jars,
+    free_port,
+    kafka_uuid,
+    missing_kafka_tools,
+    recv_exactly,
+)
 from tests.fault_proxy import FaultProxy
 
 _T = TypeVar("_T")
@@ -61,19 +67,6 @@ KAFKA_CLUSTER_JVM_OPTS = (
     "-Xmx384m", "-Xms128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:CICompilerCount=1",
     "-XX:-UsePerfData", "-Djava.awt.headless=true",
 )  # fmt: skip
-_LOG4J2_CONFIG = """\
-status = warn
-appender.out.type = Console
-appender.out.name = out
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.out.ref = out
-logger.request.name = kafka.request.logger
-logger.request.level = WARN
-logger.network.name = kafka.network.RequestChannel$
-logger.network.level = WARN
-"""
 _HARNESS_CLIENT_ID = "kafka-cluster-harness"
 _CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 _COORDINATOR_NOT_YET = (14, 15)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE
@@ -129,14 +122,6 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
-def _kafka_uuid() -> str:
-    """A random Kafka Uuid in its base64url form without padding (never starting with '-')."""
-    while True:
-        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        if not text.startswith("-"):
-            return text
-
-
 def _free_port_not_in(taken: set[int]) -> int:
     """A free port, distinct from ``taken`` (which it joins)."""
     while True:
@@ -146,24 +131,14 @@ def _free_port_not_in(taken: set[int]) -> int:
             return port
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("connection closed by the broker mid-response")
-        buf += chunk
-    return bytes(buf)
-
-
 def raw_request(port: int, api_key: int, version: int, *, socket_timeout: float = 5.0, **fields: Any) -> Any:
     """Send one request (built from plain values) to ``127.0.0.1:port`` on a fresh connection."""
     request = make_request(api_key, version, **fields)
     with socket.create_connection(("127.0.0.1", port), timeout=socket_timeout) as sock:
         sock.settimeout(socket_timeout)
         sock.sendall(encode_request(1, _HARNESS_CLIENT_ID, request))
-        (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
-        correlation_id, response = decode_response(api_key, version, _recv_exactly(sock, size))
+        (size,) = struct.unpack(">i", recv_exactly(sock, 4))
+        correlation_id, response = decode_response(api_key, version, recv_exactly(sock, size))
     if correlation_id != 1:
         raise ConnectionError(f"broker answered correlation id {correlation_id}, expected 1")
     return response
@@ -337,7 +312,7 @@ class KafkaCluster:
         node.work_dir.mkdir(parents=True, exist_ok=True)
         body = "".join(f"{k}={v}\n" for k, v in self.server_properties(node.node_id).items())
         node.config_path.write_text(body)
-        (node.work_dir / "log4j2.properties").write_text(_LOG4J2_CONFIG)
+        (node.work_dir / "log4j2.properties").write_text(LOG4J2_CONFIG)
 
     def _format(self, node: _Node) -> None:
         command = self._java_command(
@@ -388,7 +363,7 @@ class KafkaCluster:
         self.startup_seconds = time.monotonic() - started
 
     def _start_all(self) -> None:
-        self.cluster_id = _kafka_uuid()
+        self.cluster_id = kafka_uuid()
         taken: set[int] = set()
         for n in self.node_ids:
             work_dir = self.data_dir / f"node-{n}"
