@@ -103,10 +103,6 @@ def _long(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--chaos-long"))
 
 
-def _clients(request: pytest.FixtureRequest) -> list[ClientName]:
-    return ["kafkakit", "confluent", "aiokafka"] if _long(request) else ["kafkakit"]
-
-
 @pytest.fixture(autouse=True)
 def healed(kafka_cluster: KafkaCluster) -> Iterator[None]:
     """Every scenario starts from a healthy cluster, whatever the previous one left."""
@@ -269,12 +265,11 @@ async def _nothing(s: Scenario) -> None:
 # --------------------------------------------------------------------------- scenarios
 
 
-@pytest.fixture(params=["kafkakit", "confluent", "aiokafka"])
-def client(request: pytest.FixtureRequest) -> ClientName:
-    name: ClientName = request.param
-    if name not in _clients(request):
-        pytest.skip("peers run with --chaos-long")
-    return name
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``client``: kafkakit in the suite; with --chaos-long, confluent-kafka and aiokafka too."""
+    if "client" in metafunc.fixturenames:
+        long = bool(metafunc.config.getoption("--chaos-long"))
+        metafunc.parametrize("client", ["kafkakit", "confluent", "aiokafka"] if long else ["kafkakit"])
 
 
 def _rounds(request: pytest.FixtureRequest, short: int, long: int) -> int:
