@@ -97,7 +97,7 @@ _REQUEST_OVERHEAD = 512
 class _InFlight:
     """One Produce request awaiting its response."""
 
-    __slots__ = ("node_id", "conn", "groups", "timer", "done")
+    __slots__ = ("node_id", "conn", "groups", "timer", "done", "payload")
 
     def __init__(
         self, node_id: int, conn: BrokerConnection, groups: list[tuple[PartitionQueue, list[ProducerBatch]]]
@@ -107,6 +107,11 @@ class _InFlight:
         self.groups = groups  # per partition, the batches sent as one record batch
         self.timer: asyncio.TimerHandle | None = None
         self.done = False
+        # The encoded record batches, held until the response (as a lone batch's ``encoded``
+        # is): freed as soon as written, the top of the heap was handed back to the system
+        # after each request and faulted in again for the next (~45,000 page faults per
+        # million 100-byte records, about a tenth of the producer's time).
+        self.payload: list[bytes] = []
 
 
 class Sender:
@@ -417,6 +422,7 @@ class Sender:
         acc = self._acc
         topic_data: dict[str, list[dict[str, Any]]] = {}
         encodable: list[tuple[PartitionQueue, list[ProducerBatch]]] = []
+        payload: list[bytes] = []
         for pq, group in groups:
             try:
                 data = self._encode_group(group)
@@ -426,6 +432,7 @@ class Sender:
                     acc.fail(pq, batch, error)
                 continue
             encodable.append((pq, group))
+            payload.append(data)
             partitions = topic_data.get(pq.tp.topic)
             if partitions is None:
                 partitions = topic_data[pq.tp.topic] = []
@@ -461,6 +468,7 @@ class Sender:
             return
         assert future is not None
         request_state = _InFlight(node_id, conn, encodable)
+        request_state.payload = payload
         self._in_flight[node_id] = self._in_flight.get(node_id, 0) + 1
         self._requests.add(request_state)
         request_state.timer = asyncio.get_running_loop().call_later(
