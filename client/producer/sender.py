@@ -546,10 +546,7 @@ class Sender:
                 offset = int(result.base_offset)
                 log_append_time = millis(result.log_append_time)
                 log_start_offset = int(result.log_start_offset)
-                for batch in group:
-                    acc.complete(pq, batch, (offset, log_append_time, log_start_offset))
-                    if offset >= 0:
-                        offset += batch.record_count
+                acc.complete_group(pq, group, offset, log_append_time, log_start_offset)
                 continue
             if code in _TOO_LARGE and len(group) > 1:
                 # Our coalescing overshot the broker's limit: resend the batches one by one.
