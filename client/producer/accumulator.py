@@ -39,6 +39,8 @@ RECORD_OVERHEAD = 14
 RECORD_MEMORY_OVERHEAD = 112
 #: Fixed size of a record batch header (magic v2).
 BATCH_HEADER_SIZE = 61
+#: Emptied record lists kept for new batches (see ``Accumulator._spare_lists``).
+SPARE_LISTS = 1024
 
 
 class ProducerBatch:
@@ -65,11 +67,16 @@ class ProducerBatch:
     )
 
     def __init__(
-        self, tp: TopicPartition, seq: int, created: float, future: asyncio.Future[BatchResult]
+        self,
+        tp: TopicPartition,
+        seq: int,
+        created: float,
+        future: asyncio.Future[BatchResult],
+        records: list[Any] | None = None,
     ) -> None:
         self.tp = tp
         # Flat: key, value, timestamp_ms, headers, key, ... (no tuple per record for the collector to track).
-        self.records: list[Any] = []
+        self.records: list[Any] = [] if records is None else records
         self.encoded: bytes | None = None
         self.record_count = 0  # set when the batch leaves its queue (the hot path only appends)
         self.size = BATCH_HEADER_SIZE
@@ -351,6 +358,12 @@ class Accumulator:
         self.closed = False
         self.room_waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
         self._incomplete: set[ProducerBatch] = set()
+        # Record lists of completed batches, emptied, for new batches. A fresh list is young
+        # when it fills, so each young-generation collection walked every record of the
+        # batches opened since the last one (and the next generation walked them again): with
+        # 16 KiB batches that was 6% of send()'s time. A reused list is old; filling it costs
+        # the collector nothing until a full collection.
+        self._spare_lists: list[list[Any]] = []
 
     # -- adding records --------------------------------------------------------
 
@@ -366,8 +379,13 @@ class Accumulator:
 
     def new_batch(self, pq: PartitionQueue) -> ProducerBatch:
         """Close ``pq``'s open batch (if any) and open a fresh one."""
+        spare = self._spare_lists
         batch = ProducerBatch(
-            pq.tp, pq.next_seq, time.monotonic(), asyncio.get_running_loop().create_future()
+            pq.tp,
+            pq.next_seq,
+            time.monotonic(),
+            asyncio.get_running_loop().create_future(),
+            spare.pop() if spare else None,
         )
         pq.next_seq += 1
         pq.batches.append(batch)
@@ -571,8 +589,7 @@ class Accumulator:
                     )
                 else:
                     held += batch.reserved
-                batch.records = []
-                batch.encoded = None
+                self._recycle(batch)
             future = batch.future
             if not future.done():
                 future.set_result((offset, log_append_time, log_start_offset))
@@ -599,9 +616,17 @@ class Accumulator:
                 held = batch.size - BATCH_HEADER_SIZE + (len(batch.records) >> 2) * RECORD_MEMORY_OVERHEAD
             else:
                 held = batch.reserved
-            batch.records = []
-            batch.encoded = None
+            self._recycle(batch)
             self.release(held)
+
+    def _recycle(self, batch: ProducerBatch) -> None:
+        """Drop a finished batch's records and bytes, keeping its emptied record list for a new batch."""
+        records = batch.records
+        batch.records = []
+        batch.encoded = None
+        if records and len(self._spare_lists) < SPARE_LISTS:
+            records.clear()
+            self._spare_lists.append(records)
 
     def expire(self, pq: PartitionQueue, now: float, delivery_timeout: float) -> bool:
         """Fail queued batches of ``pq`` older than the delivery timeout.
