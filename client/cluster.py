@@ -104,6 +104,17 @@ class ClusterMetadata:
         topic.partitions[tp.partition] = replace(info, leader=leader, leader_epoch=leader_epoch)
         return True
 
+    def take_leader_hint(self, tp: TopicPartition, partition_result: Any, response: Any) -> bool:
+        """:meth:`apply_leader_hint` for a Produce v10+ / Fetch v16+ answer: the partition result's
+        ``current_leader`` and the response's ``node_endpoints`` (absent in older versions)."""
+        hint = getattr(partition_result, "current_leader", None)
+        if hint is None or int(hint.leader_id) < 0:
+            return False
+        endpoints = [
+            BrokerInfo(int(n.node_id), n.host, int(n.port), n.rack) for n in getattr(response, "node_endpoints", ())
+        ]
+        return self.apply_leader_hint(tp, int(hint.leader_id), int(hint.leader_epoch), endpoints)
+
     def partitions_for(self, topic: str) -> list[int] | None:
         meta = self.topics.get(topic)
         if meta is None or meta.error_code:

@@ -39,7 +39,7 @@ from kafkakit.records import (
     iter_batch_headers,
     visible_batches,
 )
-from kafkakit.structs import BrokerInfo, ConsumerRecord, OffsetAndMetadata, TopicPartition
+from kafkakit.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 
 from .fetch_session import (
     FIRST_SESSION_VERSION,
@@ -659,17 +659,10 @@ class Fetcher:
                     continue  # unassigned or seeked while the request was out
                 failed = self._handle_partition(state, sent[tp][1], p)
                 # KIP-951 (Fetch v16+): a new leader named in the error is fetched from at once.
-                backoff |= failed and not (int(p.error_code) in _HINTED and self._take_leader_hint(tp, p, response))
+                hinted = int(p.error_code) in _HINTED and self._cluster.metadata.take_leader_hint(tp, p, response)
+                backoff |= failed and not hinted
         return backoff
 
-    def _take_leader_hint(self, tp: TopicPartition, p: Any, response: Any) -> bool:
-        hint = getattr(p, "current_leader", None)
-        if hint is None or int(hint.leader_id) < 0:
-            return False
-        endpoints = [
-            BrokerInfo(int(n.node_id), n.host, int(n.port), n.rack) for n in getattr(response, "node_endpoints", ())
-        ]
-        return self._cluster.metadata.apply_leader_hint(tp, int(hint.leader_id), int(hint.leader_epoch), endpoints)
 
     def _handle_partition(self, state: PartitionState, fetch_offset: int | None, p: Any) -> bool:
         """Store one partition's part of a Fetch response; True when it failed retriably."""

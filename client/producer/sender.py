@@ -76,7 +76,7 @@ from kafkakit.producer.transactions import choose_version
 from kafkakit.protocol.build import make_request, millis
 from kafkakit.protocol.framing import ApiKey
 from kafkakit.records import encode_flat_batches
-from kafkakit.structs import BrokerInfo, TopicPartition
+from kafkakit.structs import TopicPartition
 
 if TYPE_CHECKING:
     from kafkakit.producer.transactions import TransactionManager
@@ -566,15 +566,9 @@ class Sender:
 
     def _take_leader_hint(self, tp: TopicPartition, result: Any, response: Any) -> bool:
         """Use the new leader a Produce v10+ error answer names (KIP-951); True when taken."""
-        hint = getattr(result, "current_leader", None)
-        if hint is None or int(hint.leader_id) < 0:
-            return False
-        endpoints = [
-            BrokerInfo(int(n.node_id), n.host, int(n.port), n.rack) for n in getattr(response, "node_endpoints", ())
-        ]
-        taken = self._cluster.metadata.apply_leader_hint(tp, int(hint.leader_id), int(hint.leader_epoch), endpoints)
+        taken = self._cluster.metadata.take_leader_hint(tp, result, response)
         if taken:
-            log.info("%s-%s: leader moved to broker %s (epoch %s)", tp.topic, tp.partition, hint.leader_id, hint.leader_epoch)
+            log.info("%s-%s: leader moved to broker %s", tp.topic, tp.partition, self._cluster.metadata.leader_for(tp))
         return taken
 
     def _handle_idempotence_error(
