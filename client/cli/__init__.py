@@ -1,0 +1,1 @@
+"""kafkakit.cli: the ``kafkakit`` command line (topics, produce, consume, groups, cluster, perf)."""

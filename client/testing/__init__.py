@@ -1,0 +1,1 @@
+"""kafkakit.testing: pytest fixtures with an embedded Kafka broker (``pip install "kafkakit[testing]"``)."""
