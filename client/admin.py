@@ -13,7 +13,7 @@ import ssl
 import time
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from kafkakit import acls as acls_module
 from kafkakit.acls import (
@@ -22,6 +22,13 @@ from kafkakit.acls import (
     ScramCredentialInfo,
     UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
+)
+from kafkakit.admin_groups import (
+    ConfigOperation,
+    GroupAdmin,
+    GroupDescription,
+    GroupListing,
+    OffsetSpec,
 )
 from kafkakit.cluster import Cluster
 from kafkakit.errors import (
@@ -36,7 +43,16 @@ from kafkakit.errors import (
 from kafkakit.net.connection import BrokerConnection
 from kafkakit.net.security import OAuthTokenProvider, SecurityConfig
 from kafkakit.protocol.framing import ApiKey
-from kafkakit.structs import BrokerInfo, ClusterDescription, NewTopic, PartitionInfo, TopicDescription
+from kafkakit.structs import (
+    BrokerInfo,
+    ClusterDescription,
+    NewTopic,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    PartitionInfo,
+    TopicDescription,
+    TopicPartition,
+)
 
 _NOT_CONTROLLER = 41
 _UNKNOWN_TOPIC = 3
@@ -413,6 +429,62 @@ class Admin:
                 raise KafkaTimeoutError(f"topics {pending} did not {state} in metadata within {timeout:.1f}s")
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 0.5)
+
+    # -- consumer groups, committed offsets, offset lookups (kafkakit.admin_groups) --
+
+    def _group_admin(self) -> GroupAdmin:
+        self._check_running()
+        return GroupAdmin(
+            self._cluster,
+            request_timeout_ms=self._request_timeout_ms,
+            retry_backoff_ms=round(self._retry_backoff * 1000),
+        )
+
+    async def list_groups(self) -> list[GroupListing]:
+        """Every consumer (and other classic) group of the cluster, sorted by id."""
+        return await self._group_admin().list_groups()
+
+    async def describe_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
+        """State, protocol and members (with assignments) of each group; a missing group has state ``Dead``."""
+        return await self._group_admin().describe_groups(group_ids)
+
+    async def delete_groups(self, group_ids: Iterable[str]) -> None:
+        """Delete groups and their offsets; raises the first refusal (NonEmptyGroupError, GroupIdNotFoundError)."""
+        await self._group_admin().delete_groups(group_ids)
+
+    async def list_consumer_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Committed offsets of ``group_id`` (of ``partitions``, default all it has committed)."""
+        return await self._group_admin().list_consumer_group_offsets(group_id, partitions)
+
+    async def alter_consumer_group_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]
+    ) -> None:
+        """Set committed offsets of a group with no active members (the coordinator refuses a live group)."""
+        await self._group_admin().alter_consumer_group_offsets(group_id, offsets)
+
+    async def list_offsets(
+        self, specs: Mapping[TopicPartition, OffsetSpec], *, isolation_level: str = "read_uncommitted"
+    ) -> dict[TopicPartition, OffsetAndTimestamp]:
+        """Per partition, the offset of ``"earliest"``, ``"latest"`` or a timestamp in ms (-1: none at/after it)."""
+        return await self._group_admin().list_offsets(specs, isolation_level=isolation_level)
+
+    async def incremental_alter_configs(
+        self,
+        resource_name: str,
+        changes: Mapping[str, tuple[ConfigOperation, str | None]],
+        *,
+        resource_type: Literal["topic", "broker"] = "topic",
+        validate_only: bool = False,
+    ) -> None:
+        """Change configs of a topic (or broker) in place: ``{name: ("set", value) | ("delete", None) | ...}``.
+
+        Raises the broker's typed error (e.g. InvalidConfigError, UnknownTopicOrPartitionError).
+        """
+        await self._group_admin().incremental_alter_configs(
+            resource_name, changes, resource_type=resource_type, validate_only=validate_only
+        )
 
 
 def _check_new_topic(topic: Any) -> None:

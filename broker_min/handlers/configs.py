@@ -1,15 +1,27 @@
-"""Effective topic and broker configs with their sources, for DescribeConfigs and CreateTopics v5+."""
+"""Effective topic and broker configs with their sources, for DescribeConfigs and CreateTopics v5+,
+and IncrementalAlterConfigs (key 44) v0-1 for topics."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.config import SENSITIVE_SETTINGS, BrokerConfig
+from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, make, nested
+from kafkakit.broker.log.config import LogConfig
+from kafkakit.errors import KafkaConfigError
+from kafkakit.protocol import RequestHeaderInfo, response_class
+from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkakit.broker.state import BrokerState, TopicInfo
+
+INCREMENTAL_ALTER_CONFIGS = 44
+_TOPIC_RESOURCE = 2
+# Kafka's AlterConfigOp.OpType.
+_SET, _DELETE, _APPEND, _SUBTRACT = 0, 1, 2, 3
 
 # Kafka's ConfigSource values.
 DYNAMIC_TOPIC_CONFIG = 1
@@ -95,3 +107,74 @@ def _kafka_name(setting: str) -> str:
         "log_flush_ms": "log.flush.interval.ms",
         "log_segment_ms": "log.roll.ms",
     }.get(setting, setting.replace("_", "."))
+
+
+async def handle_incremental_alter_configs(
+    state: BrokerState, header: RequestHeaderInfo, request: Any
+) -> Any:
+    """Set, delete, append to or subtract from a topic's config overrides, applied to its live logs.
+
+    Each resource is all-or-nothing: the new overrides are validated as a whole
+    (as CreateTopics validates them) before anything is persisted.
+    """
+    cls = response_class(INCREMENTAL_ALTER_CONFIGS, header.api_version)
+    result_cls = nested(cls, "AlterConfigsResourceResponse")
+    results = []
+    for resource in request.resources:
+        code, message = _alter_resource(state, resource, bool(request.validate_only))
+        results.append(
+            make(
+                result_cls,
+                error_code=code,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+            )
+        )
+    return make(cls, throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+def _alter_resource(state: BrokerState, resource: Any, validate_only: bool) -> tuple[ErrorCode, str | None]:
+    name = resource.resource_name
+    if resource.resource_type != _TOPIC_RESOURCE:
+        return ErrorCode.invalid_request, "broker_min alters topic configs only (broker settings are static)"
+    if not state.allowed(AclOperation.ALTER_CONFIGS, ResourceType.TOPIC, name):
+        return ErrorCode.topic_authorization_failed, "Authorization failed."
+    info = state.topics.get(name)
+    if info is None:
+        return ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist"
+    configs = dict(info.configs)
+    effective = state.topic_log_config(info).to_topic_configs()
+    for change in resource.configs:
+        operation = int(change.config_operation)
+        key, value = change.name, change.value
+        if operation == _DELETE:
+            configs.pop(key, None)
+        elif value is None:
+            return ErrorCode.invalid_request, f"config {key!r}: a value is required for operation {operation}"
+        elif operation == _SET:
+            configs[key] = value
+        elif operation in (_APPEND, _SUBTRACT):
+            if _TOPIC_CONFIG_TYPES.get(key) != LIST:
+                return ErrorCode.invalid_config, f"config {key!r} is not a list: it cannot be appended to"
+            items = [i for i in configs.get(key, effective.get(key, "")).split(",") if i]
+            for item in (i for i in value.split(",") if i):
+                if operation == _APPEND and item not in items:
+                    items.append(item)
+                elif operation == _SUBTRACT and item in items:
+                    items.remove(item)
+            configs[key] = ",".join(items)
+        else:
+            return ErrorCode.invalid_request, f"config {key!r}: unknown operation {operation}"
+    try:
+        log_config = LogConfig.from_topic_configs(configs, state.default_log_config)
+    except KafkaConfigError as exc:
+        return ErrorCode.invalid_config, str(exc)
+    if not validate_only:
+        info.configs = configs
+        state.topics.add(info)  # rewrites the topic's registry file: the commit point
+        state.logs.update_topic_config(name, log_config)
+    return ErrorCode.none, None
+
+
+HANDLERS = (ApiHandler(INCREMENTAL_ALTER_CONFIGS, 0, 1, handle_incremental_alter_configs),)
