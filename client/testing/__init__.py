@@ -1,1 +1,38 @@
-"""kafkakit.testing: pytest fixtures with an embedded Kafka broker (``pip install "kafkakit[testing]"``)."""
+"""kafkakit.testing: pytest fixtures with a real Kafka broker (``pip install "kafkakit[testing]"``).
+
+The plugin (:mod:`kafkakit.testing.plugin`) loads by itself through pytest's
+``pytest11`` entry point and gives tests ``kafka_broker``, ``kafka_topic`` and
+``kafka_cluster``. The names below are for type hints::
+
+    from kafkakit.testing import KafkaBroker, TopicFactory
+
+    def test_app(kafka_broker: KafkaBroker, kafka_topic: TopicFactory) -> None: ...
+
+They are imported on first use, so loading the plugin stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kafkakit.testing.brokers import BrokerFaultError, BrokerStartError, KafkaBroker
+    from kafkakit.testing.topics import TopicFactory
+
+__all__ = ["BrokerFaultError", "BrokerStartError", "KafkaBroker", "TopicFactory"]
+
+_HOMES = {
+    "BrokerFaultError": "kafkakit.testing.brokers",
+    "BrokerStartError": "kafkakit.testing.brokers",
+    "KafkaBroker": "kafkakit.testing.brokers",
+    "TopicFactory": "kafkakit.testing.topics",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'kafkakit.testing' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(home), name)
