@@ -24,6 +24,7 @@ from kafkakit.acls import (
     UserScramCredentialUpsertion,
 )
 from kafkakit.admin_groups import (
+    ConfigEntry,
     ConfigOperation,
     GroupAdmin,
     GroupDescription,
@@ -469,6 +470,12 @@ class Admin:
     ) -> dict[TopicPartition, OffsetAndTimestamp]:
         """Per partition, the offset of ``"earliest"``, ``"latest"`` or a timestamp in ms (-1: none at/after it)."""
         return await self._group_admin().list_offsets(specs, isolation_level=isolation_level)
+
+    async def describe_config_entries(
+        self, resource_name: str, *, resource_type: Literal["topic", "broker"] = "topic"
+    ) -> list[ConfigEntry]:
+        """Every config of a topic (or broker id) with its source; ``entry.is_override`` marks the resource's own."""
+        return await self._group_admin().describe_config_entries(resource_name, resource_type=resource_type)
 
     async def incremental_alter_configs(
         self,

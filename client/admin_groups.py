@@ -23,6 +23,7 @@ from kafkakit.protocol.framing import ApiKey
 from kafkakit.structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 __all__ = [
+    "ConfigEntry",
     "ConfigOperation",
     "GroupAdmin",
     "GroupDescription",
@@ -77,6 +78,36 @@ class GroupDescription:
     protocol: str
     members: tuple[MemberDescription, ...]
     coordinator: int
+
+
+# DescribeConfigs' ConfigSource values.
+_CONFIG_SOURCES = {
+    0: "UNKNOWN",
+    1: "DYNAMIC_TOPIC_CONFIG",
+    2: "DYNAMIC_BROKER_CONFIG",
+    3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    4: "STATIC_BROKER_CONFIG",
+    5: "DEFAULT_CONFIG",
+    6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+    7: "CLIENT_METRICS_CONFIG",
+    8: "GROUP_CONFIG",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """One config of a topic or broker with where its value comes from (``source``, Kafka's ConfigSource name)."""
+
+    name: str
+    value: str | None
+    source: str
+    read_only: bool
+    sensitive: bool
+
+    @property
+    def is_override(self) -> bool:
+        """Set on the resource itself (``kafka-topics --describe`` lists only these)."""
+        return self.source in ("DYNAMIC_TOPIC_CONFIG", "DYNAMIC_BROKER_CONFIG")
 
 
 class GroupAdmin:
@@ -312,6 +343,46 @@ class GroupAdmin:
         return {tp: OffsetAndTimestamp(r.offset, r.timestamp) for tp, r in found.items()}
 
     # -- configs -----------------------------------------------------------
+
+    async def describe_config_entries(
+        self, resource_name: str, *, resource_type: Literal["topic", "broker"] = "topic"
+    ) -> list[ConfigEntry]:
+        """Every config of one topic or broker with its source, sorted by name."""
+        if resource_type not in _RESOURCE_TYPES:
+            raise ValueError(f"resource_type must be 'topic' or 'broker', got {resource_type!r}")
+        if resource_type == "broker":
+            conn = await self._cluster.connection(int(resource_name))
+        else:
+            conn = await self._cluster.any_connection()
+        response = await conn.call(
+            ApiKey.DESCRIBE_CONFIGS,
+            resources=[
+                {
+                    "resource_type": _RESOURCE_TYPES[resource_type],
+                    "resource_name": resource_name,
+                    "configuration_keys": None,
+                }
+            ],
+            include_synonyms=False,
+            include_documentation=False,
+        )
+        entries: list[ConfigEntry] = []
+        for result in response.results:
+            raise_for_code(
+                int(result.error_code), result.error_message or f"describing configs of {resource_name!r}"
+            )
+            for c in result.configs:
+                source = int(getattr(c, "config_source", 0))
+                entries.append(
+                    ConfigEntry(
+                        c.name,
+                        c.value,
+                        _CONFIG_SOURCES.get(source, str(source)),
+                        bool(c.read_only),
+                        bool(c.is_sensitive),
+                    )
+                )
+        return sorted(entries, key=lambda e: e.name)
 
     async def incremental_alter_configs(
         self,
