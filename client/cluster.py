@@ -25,6 +25,7 @@ from kafkakit.errors import (
     UnknownTopicOrPartitionError,
     for_code,
 )
+from kafkakit.metrics import NetworkMetrics
 from kafkakit.net.connection import BrokerConnection
 from kafkakit.net.sasl import SaslAuthenticator
 from kafkakit.net.security import PLAINTEXT, SecurityConfig
@@ -172,9 +173,12 @@ class Cluster:
         reconnect_backoff_max_ms: int = 1000,
         allow_auto_create_topics: bool = True,
         security: SecurityConfig = PLAINTEXT,
+        network_metrics: NetworkMetrics | None = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         self.security = security
+        #: The owning client's connection-layer sensors, given to every connection (None: off).
+        self.network_metrics = network_metrics
         # One authenticator for every connection: OAUTHBEARER tokens are fetched once and shared.
         self._authenticator = SaslAuthenticator(security) if security.uses_sasl else None
         self.client_id = client_id
@@ -220,6 +224,7 @@ class Cluster:
             on_close=self._on_connection_closed,
             security=self.security,
             authenticator=self._authenticator,
+            metrics=self.network_metrics,
         )
 
     async def open_connection(
@@ -234,6 +239,7 @@ class Cluster:
             request_timeout_ms=request_timeout_ms or self.request_timeout_ms,
             security=self.security,
             authenticator=self._authenticator,
+            metrics=self.network_metrics,
         )
         await conn.connect()
         return conn

@@ -13,6 +13,7 @@ import logging
 import random
 import ssl
 import struct
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +27,7 @@ from kafkakit.errors import (
     SSLVerificationError,
     UnsupportedVersionError,
 )
+from kafkakit.metrics import NetworkMetrics
 from kafkakit.net.frames import FrameError, FrameProtocol
 from kafkakit.net.sasl import SaslAuthenticator
 from kafkakit.net.security import PLAINTEXT, SecurityConfig
@@ -61,13 +63,16 @@ CLOSE_TIMEOUT_S = 5.0
 
 
 class _Pending:
-    __slots__ = ("api_key", "version", "future", "raw")
+    __slots__ = ("api_key", "version", "future", "raw", "sent_at")
 
-    def __init__(self, api_key: int, version: int, future: asyncio.Future[Any], raw: bool) -> None:
+    def __init__(
+        self, api_key: int, version: int, future: asyncio.Future[Any], raw: bool, sent_at: float
+    ) -> None:
         self.api_key = api_key
         self.version = version
         self.future = future
         self.raw = raw
+        self.sent_at = sent_at  # time.monotonic() when written (request-latency); 0.0 without metrics
 
 
 class BrokerConnection:
@@ -85,6 +90,7 @@ class BrokerConnection:
         on_close: Callable[[BrokerConnection], None] | None = None,
         security: SecurityConfig = PLAINTEXT,
         authenticator: SaslAuthenticator | None = None,
+        metrics: NetworkMetrics | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -112,6 +118,9 @@ class BrokerConnection:
         self._held: list[bytes] | None = None
         self._reauth_timer: asyncio.TimerHandle | None = None
         self._reauth_task: asyncio.Task[None] | None = None
+        #: The client's connection-layer sensors (None: metrics off); recorded per request/response.
+        self.metrics = metrics
+        self._counted = False  # counted in connection-count (so its close is counted once)
 
     def __repr__(self) -> str:
         return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
@@ -149,6 +158,9 @@ class BrokerConnection:
                 )
                 assert isinstance(transport, asyncio.Transport)
                 self._transport = transport
+                if self.metrics is not None:
+                    self.metrics.connection_created()
+                    self._counted = True
         except ssl.SSLCertVerificationError as exc:
             self._closed = True
             raise SSLVerificationError(
@@ -290,9 +302,16 @@ class BrokerConnection:
         self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
         chunks = encode_request_chunks(correlation_id, self.client_id, request)
         future: asyncio.Future[Any] | None = None
+        metrics = self.metrics
+        now = 0.0
+        if metrics is not None:
+            now = time.monotonic()
+            metrics.request_sent(sum(map(len, chunks)), now)
         if expect_response:
             future = asyncio.get_running_loop().create_future()
-            self._pending[correlation_id] = _Pending(type(request).__api_key__, type(request).__version__, future, raw)
+            self._pending[correlation_id] = _Pending(
+                type(request).__api_key__, type(request).__version__, future, raw, now
+            )
         if self._held is not None and not bypass_hold:
             self._held.extend(chunks)
         else:
@@ -341,6 +360,9 @@ class BrokerConnection:
         pending = self._pending.pop(correlation_id, None)
         if pending is None:
             raise KafkaConnectionError(f"response with unknown correlation id {correlation_id}")
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.response_received(len(body) + 4, pending.api_key, pending.sent_at, time.monotonic())
         if pending.future.done():
             return
         if pending.raw:
@@ -370,6 +392,10 @@ class BrokerConnection:
             return
         self._closed = True
         self._close_reason = error
+        if self._counted:
+            self._counted = False
+            assert self.metrics is not None
+            self.metrics.connection_closed()
         if self._reauth_timer is not None:
             self._reauth_timer.cancel()
             self._reauth_timer = None

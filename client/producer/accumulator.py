@@ -358,6 +358,10 @@ class Accumulator:
         self.closed = False
         self.room_waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
         self._incomplete: set[ProducerBatch] = set()
+        #: Nanoseconds send() calls spent waiting for buffer memory (bufferpool-wait-time-ns-total).
+        self.wait_time_ns = 0
+        #: Called with each batch that fails (the record-error metrics); None: nobody asks.
+        self.on_fail: Callable[[ProducerBatch], None] | None = None
         # Record lists of completed batches, emptied, for new batches. A fresh list is young
         # when it fills, so each young-generation collection walked every record of the
         # batches opened since the last one (and the next generation walked them again): with
@@ -454,6 +458,7 @@ class Accumulator:
         entry = (size, waiter)
         self.room_waiters.append(entry)
         self.wake_sender()  # batches are sent at once while someone waits for memory
+        started = time.perf_counter_ns()
         try:
             await waiter
         except BaseException:
@@ -465,6 +470,8 @@ class Accumulator:
                 except ValueError:
                     pass
             raise
+        finally:
+            self.wait_time_ns += time.perf_counter_ns() - started
 
     def release(self, size: int) -> None:
         """Return ``size`` bytes to the buffer and grant waiting reservations in order."""
@@ -601,6 +608,8 @@ class Accumulator:
         """Fail every record of ``batch`` with ``error`` and free its memory."""
         if pq is not None:
             pq.in_flight -= 1
+        if self.on_fail is not None and not batch.future.done():
+            self.on_fail(batch)
         self._finish(batch)
         future = batch.future
         if not future.done():

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import functools
 import logging
 import ssl
 import time
@@ -39,6 +40,7 @@ from kafkakit.errors import (
     TransactionAbortedError,
     UnknownTopicOrPartitionError,
 )
+from kafkakit.metrics import Metrics, NetworkMetrics, metrics_enabled
 from kafkakit.net.security import OAuthTokenProvider, SecurityConfig
 from kafkakit.producer.accumulator import (
     BATCH_HEADER_SIZE,
@@ -49,6 +51,7 @@ from kafkakit.producer.accumulator import (
     RecordFuture,
 )
 from kafkakit.producer.idempotence import ProducerIdentity
+from kafkakit.producer.instrumentation import ProducerMetrics, SendHook, attach, hooked_send
 from kafkakit.producer.partitioner import Partitioner, StickyPartitions, murmur2
 from kafkakit.producer.record_input import (
     BULK_RECORD_OVERHEAD,
@@ -62,6 +65,7 @@ from kafkakit.producer.send_batch_result import SendBatchFuture, SendBatchResult
 from kafkakit.producer.sender import Sender
 from kafkakit.producer.settings import check_settings
 from kafkakit.producer.transactions import TransactionHandle, TransactionManager, TransactionState
+from kafkakit.protocol.framing import ApiKey
 from kafkakit.records import Compression
 from kafkakit.structs import Header, OffsetAndMetadata, RecordMetadata, TopicPartition
 
@@ -188,6 +192,9 @@ class Producer:
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
         self._partitioner = partitioner
+        self._metrics = Metrics() if metrics_enabled() else None
+        network = None if self._metrics is None else NetworkMetrics(self._metrics, frozenset({ApiKey.PRODUCE}))
+        self._send_hooks: list[SendHook] = []
         self._cluster = Cluster(
             bootstrap_servers,
             client_id=client_id,
@@ -203,6 +210,7 @@ class Producer:
                 sasl_oauth_token_provider=sasl_oauth_token_provider,
                 sasl_oauth_extensions=sasl_oauth_extensions or {},
             ),
+            network_metrics=network,
         )
         self._acc = Accumulator(
             max_batch_size=max_batch_size,
@@ -242,6 +250,8 @@ class Producer:
             identity=self._identity,
             transactions=self._txn,
         )
+        if self._metrics is not None:
+            attach(self._sender, self._acc, ProducerMetrics(self._metrics, self._acc))
         self._topics: dict[str, _TopicState] = {}
         self._sticky = StickyPartitions()
         # The largest record send() accepts (its estimated size in a batch).
@@ -315,6 +325,20 @@ class Producer:
 
     def _wake_sender(self) -> None:
         self._sender.wake()
+
+    # -- observability -------------------------------------------------------------
+
+    def metrics(self) -> dict[str, float]:
+        """Kafka's producer metrics by name (``record-send-rate``, ``record-send-rate{topic=t}``...): docs/metrics.md."""
+        return self._metrics.snapshot() if self._metrics is not None else {}
+
+    def add_send_hook(self, hook: SendHook) -> None:
+        """Call ``hook(topic, key, value, partition, headers)`` in each ``send()`` (not ``send_batch``)
+        before queueing; it may append headers and return a callback for the outcome (see SendHook).
+        """
+        self._send_hooks.append(hook)
+        # An instance attribute in front of the class's send: without hooks, send() is untouched.
+        self.send = functools.partial(hooked_send, self._send_hooks, functools.partial(Producer.send, self))  # type: ignore[method-assign]
 
     def _forget_topics(self) -> None:
         # Partition counts or leaders may have changed: rebuild topic states lazily.

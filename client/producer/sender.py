@@ -79,6 +79,7 @@ from kafkakit.records import encode_flat_batches
 from kafkakit.structs import TopicPartition
 
 if TYPE_CHECKING:
+    from kafkakit.producer.instrumentation import ProducerMetrics
     from kafkakit.producer.transactions import TransactionManager
 
 log = logging.getLogger(__name__)
@@ -157,6 +158,8 @@ class Sender:
         self._last_refresh = 0.0
         self._waiter: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
+        #: The producer's metrics, recorded once per request and per retried batch (None: off).
+        self.metrics: ProducerMetrics | None = None
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -439,6 +442,8 @@ class Sender:
             partitions.append({"index": pq.tp.partition, "records": data})
         if not encodable:
             return
+        if self.metrics is not None:
+            self.metrics.produce_request(encodable, payload, time.monotonic())
         version = conn.version(ApiKey.PRODUCE)
         if self._txn is not None:
             # Produce v12+ tells the broker we speak transaction version 2 (partitions added implicitly).
@@ -664,6 +669,8 @@ class Sender:
             if retry_at - batch.created < self._delivery_timeout:
                 batch.attempts += 1
                 batch.retry_at = retry_at
+                if self.metrics is not None:
+                    self.metrics.batch_retried(batch)
                 log.debug("retrying %r after %s", batch, error)
                 self._acc.requeue(pq, batch)
                 return
