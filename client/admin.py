@@ -41,6 +41,7 @@ from kafkakit.errors import (
     for_code,
     raise_for_code,
 )
+from kafkakit.metrics import Metrics, NetworkMetrics, metrics_enabled
 from kafkakit.net.connection import BrokerConnection
 from kafkakit.net.security import OAuthTokenProvider, SecurityConfig
 from kafkakit.protocol.framing import ApiKey
@@ -100,6 +101,7 @@ class Admin:
             )
         self._request_timeout_ms = request_timeout_ms
         self._retry_backoff = retry_backoff_ms / 1000
+        self._metrics = Metrics() if metrics_enabled() else None
         # Describing a missing topic must never create it.
         self._cluster = Cluster(
             bootstrap_servers,
@@ -117,9 +119,17 @@ class Admin:
                 sasl_oauth_token_provider=sasl_oauth_token_provider,
                 sasl_oauth_extensions=sasl_oauth_extensions or {},
             ),
+            network_metrics=None if self._metrics is None else NetworkMetrics(self._metrics),
         )
         self._started = False
         self._closed = False
+
+    def metrics(self) -> dict[str, float]:
+        """The connection-layer metrics (``request-rate``, ``request-latency-avg``, ``connection-count``...).
+
+        Names as Kafka's admin client's; see docs/metrics.md. Empty when ``KAFKAKIT_METRICS=off``.
+        """
+        return self._metrics.snapshot() if self._metrics is not None else {}
 
     async def start(self) -> None:
         """Connect to the cluster."""
