@@ -13,16 +13,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from kafkakit import Admin
 from kafkakit.testing.brokers import docker_unavailable_reason
 from kafkakit.testing.plugin import CLUSTER_SKIP_REASON
+
 from tests.brokers import BrokerMinServer
 
 pytest_plugins = ["pytester"]
 
 # Shared by the inner test files: describe a topic with kafkakit's Admin.
-HELPERS = '''
+HELPERS = """
 import asyncio
 import time
 
@@ -67,7 +67,7 @@ def consume(bootstrap, topic, count):
                     values += [r.value for r in records]
         return values
     return asyncio.run(run())
-'''
+"""
 
 
 def _section(output: str, when: str = "call") -> str:
@@ -80,7 +80,7 @@ def _section(output: str, when: str = "call") -> str:
 def test_process_mode_topics_faults_and_the_failure_log(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         helpers=HELPERS,
-        test_inner='''
+        test_inner="""
 from helpers import *
 
 seen = {}
@@ -151,7 +151,7 @@ def test_fails_and_shows_the_broker_log(kafka_broker, kafka_topic):
     assert kafka_broker.is_running()
     kafka_topic(name="topic-made-by-the-failing-test")
     assert False, "deliberate failure"
-''',
+""",
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning")
     result.assert_outcomes(passed=8, failed=1)
