@@ -37,6 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         help="a SCRAM credential, as kafka-storage takes it: 'SCRAM-SHA-256=[name=alice,password=secret]' (repeatable)",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics, 0 for any free port (default: no metrics)",
+    )
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     return parser
 
@@ -81,6 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         settings = parse_settings(args.config)
+        if args.metrics_port is not None:
+            settings["metrics_port"] = args.metrics_port
         asyncio.run(run(args.data_dir, args.host, args.port, settings, args.add_scram))
     except KafkaConfigError as exc:
         print(f"kafkakit-broker: bad setting {exc}", file=sys.stderr)

@@ -59,6 +59,9 @@ class BrokerConfig:
     max_incremental_fetch_session_cache_slots: int = 1000
     # The finalized ``transaction.version`` feature level advertised in ApiVersions (Kafka 4.x: 2).
     transaction_version: int = 2
+    # Prometheus metrics over HTTP at /metrics on this port (0 = any free port); None = no metrics
+    # at all (no instrumentation on the request path).  See broker_min/metrics.py.
+    metrics_port: int | None = None
 
     # -- security (docs/broker.md "Security"); None = not set ---------------------------------
     # ``NAME://host:port,...``; unset, the broker has one PLAINTEXT listener on Broker(host, port).
@@ -127,6 +130,8 @@ class BrokerConfig:
         _check_range(
             "max_incremental_fetch_session_cache_slots", self.max_incremental_fetch_session_cache_slots, 0, 2**31 - 1
         )
+        if self.metrics_port is not None:
+            _check_range("metrics_port", self.metrics_port, 0, 65535)
         if self.cluster_id is not None and not self.cluster_id:
             raise KafkaConfigError("cluster_id", "must not be empty")
         if self.ssl_client_auth not in ("none", "requested", "required"):
@@ -223,6 +228,8 @@ def _check_type(name: str, value: Any, annotation: Any) -> None:
         ok = isinstance(value, bool)
     elif text == "int":
         ok = isinstance(value, int) and not isinstance(value, bool)
+    elif text == "int | None":
+        ok = value is None or (isinstance(value, int) and not isinstance(value, bool))
     elif text == "str | None":
         ok = value is None or isinstance(value, str)
     elif text == "str":
@@ -246,7 +253,9 @@ def _parse(name: str, text: str, annotation: str) -> Any:
         if lowered not in ("true", "false"):
             raise KafkaConfigError(name, f"expected true or false, got {text!r}")
         return lowered == "true"
-    if annotation == "int":
+    if annotation == "int | None" and text.strip().lower() in ("", "none"):
+        return None
+    if annotation in ("int", "int | None"):
         try:
             return int(text.strip())
         except ValueError:

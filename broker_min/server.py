@@ -29,6 +29,7 @@ import functools
 import logging
 import os
 import struct
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
@@ -39,6 +40,7 @@ from kafkakit.broker.handlers import HANDLERS, unsupported_version_response
 from kafkakit.broker.handlers.base import ApiHandler, CloseConnection, RawResponse, error, make
 from kafkakit.broker.handlers.groups import CLIENT_HOST
 from kafkakit.broker.log import raise_descriptor_limit
+from kafkakit.broker.metrics import BrokerMetrics, ListenerStats, MetricsServer
 from kafkakit.broker.security.authenticator import (
     ILLEGAL_SASL_STATE,
     ListenerSecurity,
@@ -58,6 +60,7 @@ from kafkakit.protocol import (
     encode_response,
     response_class,
 )
+from prometheus_client import CollectorRegistry
 
 log = logging.getLogger("kafkakit.broker")
 
@@ -78,6 +81,9 @@ TLS_HANDSHAKE_TIMEOUT = 10.0
 _PRE_AUTH_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 
 
+_Pending = tuple[RequestHeaderInfo, "asyncio.Future[Any]", Any, float | None]
+
+
 class _ConnectionClosed(Exception):
     """Raised inside a connection's tasks to end it after its one log line was written."""
 
@@ -91,17 +97,22 @@ class _Connection:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         security: ListenerSecurity,
+        metrics: BrokerMetrics | None = None,
     ) -> None:
         self._state = state
+        # None unless metrics_port is set: the request path then skips every metrics step.
+        self._metrics = metrics
+        self._stats: ListenerStats | None = (
+            None if metrics is None else metrics.listener(security.listener.name)
+        )
         self._reader = reader
         self._writer = writer
         self._security = security
         self._sasl = (
             SaslConnection(security, state.scram_credentials.lookup) if security.listener.uses_sasl else None
         )
-        self._pending: asyncio.Queue[tuple[RequestHeaderInfo, asyncio.Future[Any]]] = asyncio.Queue(
-            MAX_IN_FLIGHT
-        )
+        # (header, response future, request, perf_counter() when read or None when not measured)
+        self._pending: asyncio.Queue[_Pending] = asyncio.Queue(MAX_IN_FLIGHT)
         self._handler_tasks: set[asyncio.Task[Any]] = set()
         peer = writer.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
@@ -150,34 +161,41 @@ class _Connection:
                 body = await self._read_frame(min_size=1 if self._raw_sasl_tokens else MIN_FRAME_BYTES)
                 if body is None:
                     return
+                stats = self._stats
+                if stats is not None:
+                    stats.received_bytes += len(body) + 4
                 if self._raw_sasl_tokens:
                     assert self._sasl is not None
                     await self._raw_sasl_token(self._sasl, body)
                     continue
                 header, request, spec = self._decode(body)
-                if self._sasl is not None and not await self._sasl_step(self._sasl, header, request):
+                started = None if stats is None else time.perf_counter()
+                if self._sasl is not None and not await self._sasl_step(self._sasl, header, request, started):
                     continue
                 task = asyncio.create_task(self._handle(spec, header, request))
                 self._handler_tasks.add(task)
                 task.add_done_callback(self._handler_tasks.discard)
-                await self._pending.put((header, task))
+                await self._pending.put((header, task, request, started))
 
     # -- SASL ----------------------------------------------------------------
 
-    async def _sasl_step(self, sasl: SaslConnection, header: RequestHeaderInfo, request: Any) -> bool:
+    async def _sasl_step(
+        self, sasl: SaslConnection, header: RequestHeaderInfo, request: Any, started: float | None
+    ) -> bool:
         """Handle SASL requests in order, before anything read after them; True: dispatch as usual."""
         api_key = header.api_key
         if api_key == ApiKey.SASL_HANDSHAKE and request is not None:
             reply = sasl.handshake(str(request.mechanism))
             self._raw_sasl_tokens = header.api_version == 0 and not reply.failed
-            await self._answer_sasl(header, reply, sasl)
+            await self._answer_sasl(header, request, reply, sasl, started)
             return False
         if api_key == ApiKey.SASL_AUTHENTICATE and request is not None:
             reply = sasl.authenticate(bytes(request.auth_bytes))
             if not reply.failed and sasl.authenticated and not sasl.in_progress:
                 assert sasl.principal is not None
                 SESSION.set(dataclasses.replace(SESSION.get(), principal=sasl.principal))
-            await self._answer_sasl(header, reply, sasl)
+                self._count_login(sasl, True)
+            await self._answer_sasl(header, request, reply, sasl, started)
             return False
         if not sasl.authenticated and api_key not in _PRE_AUTH_APIS:
             self._drop(f"api {api_key} v{header.api_version} before SASL authentication")
@@ -189,6 +207,7 @@ class _Connection:
         """One bare token of a SaslHandshake v0 exchange; a failure closes at once (v0 has no error reply)."""
         reply = sasl.authenticate(token)
         if reply.failed:
+            self._count_login(sasl, False)
             await asyncio.sleep(self._security.failed_auth_delay_ms / 1000)
             self._drop(f"SASL authentication failed ({sasl.mechanism}, handshake v0): {reply.error_message}")
         self._writer.write(_INT32.pack(len(reply.auth_bytes)) + reply.auth_bytes)
@@ -196,20 +215,34 @@ class _Connection:
             self._raw_sasl_tokens = False
             assert sasl.principal is not None
             SESSION.set(dataclasses.replace(SESSION.get(), principal=sasl.principal))
+            self._count_login(sasl, True)
 
-    async def _answer_sasl(self, header: RequestHeaderInfo, reply: SaslReply, sasl: SaslConnection) -> None:
+    def _count_login(self, sasl: SaslConnection, succeeded: bool) -> None:
+        if self._metrics is not None:
+            # Only an enabled mechanism is ever recorded on the connection: a bounded label.
+            self._metrics.authentication(self._security.listener.name, sasl.mechanism or "NONE", succeeded)
+
+    async def _answer_sasl(
+        self,
+        header: RequestHeaderInfo,
+        request: Any,
+        reply: SaslReply,
+        sasl: SaslConnection,
+        started: float | None,
+    ) -> None:
         response = _sasl_response(header, reply)
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         done.set_result(response)
-        await self._pending.put((header, done))
+        await self._pending.put((header, done, request, started))
         if not reply.failed or (sasl.authenticated and reply.error_code == ILLEGAL_SASL_STATE):
             return  # an out-of-order SASL request on a live session is answered, not punished
+        self._count_login(sasl, False)
         # Kafka answers a failed login, waits connection.failed.authentication.delay.ms (slowing
         # down guessing), then closes; nothing else is read from this connection meanwhile.
         reason = f"SASL authentication failed ({sasl.mechanism or 'no mechanism'}): {reply.error_message}"
         closing = asyncio.ensure_future(self._close_after(self._security.failed_auth_delay_ms / 1000, reason))
         self._handler_tasks.add(closing)
-        await self._pending.put((header, closing))
+        await self._pending.put((header, closing, request, None))  # the same request: counted once
         await asyncio.Event().wait()  # until the writer ends the connection
 
     @staticmethod
@@ -269,7 +302,7 @@ class _Connection:
     async def _write_responses(self) -> None:
         with contextlib.suppress(_ConnectionClosed, ConnectionError):
             while True:
-                header, task = await self._pending.get()
+                header, task, request, started = await self._pending.get()
                 try:
                     response = await task
                 except asyncio.CancelledError:
@@ -283,19 +316,36 @@ class _Connection:
                     )
                     return
                 if response is None:
+                    if started is not None:
+                        self._measured(header, request, response, started, 0)
                     continue
                 if isinstance(response, CloseConnection):
+                    if started is not None:
+                        self._measured(header, request, response, started, 0)
                     self._drop(response.reason)
-                await self._send(header.correlation_id, response)
+                sent = await self._send(header.correlation_id, response)
+                if started is not None:
+                    self._measured(header, request, response, started, sent)
 
-    async def _send(self, correlation_id: int, response: Any) -> None:
+    def _measured(
+        self, header: RequestHeaderInfo, request: Any, response: Any, started: float, sent: int
+    ) -> None:
+        assert self._metrics is not None and self._stats is not None
+        self._stats.sent_bytes += sent
+        self._metrics.request_done(header, request, response, time.perf_counter() - started)
+
+    async def _send(self, correlation_id: int, response: Any) -> int:
+        """Write one response; returns its size on the wire."""
         if isinstance(response, RawResponse):
-            await self._send_raw(correlation_id, response)
+            sent = await self._send_raw(correlation_id, response)
         else:
-            self._writer.write(encode_response(correlation_id, response))
+            data = encode_response(correlation_id, response)
+            self._writer.write(data)
+            sent = len(data)
         await self._writer.drain()
+        return sent
 
-    async def _send_raw(self, correlation_id: int, response: RawResponse) -> None:
+    async def _send_raw(self, correlation_id: int, response: RawResponse) -> int:
         tag = b"\0" if response.flexible_header else b""
         size = 4 + len(tag) + response.body_size()
         writer = self._writer
@@ -313,6 +363,7 @@ class _Connection:
                 # Zero copy: the kernel moves segment bytes straight to the socket.
                 await writer.drain()
                 await loop.sendfile(writer.transport, part.file, part.position, part.length)
+        return 4 + size
 
     def _drop(self, reason: str) -> Any:
         """Log the one line for a connection we close, and unwind its task."""
@@ -365,6 +416,11 @@ class Broker:
         self._bound: list[Listener] = []
         self._state: BrokerState | None = None
         self._connections: set[_Connection] = set()
+        # Built only when metrics_port is set, so that a broker without it has no instrumentation.
+        self._metrics: BrokerMetrics | None = None
+        self._metrics_server: MetricsServer | None = None
+        if self.config.metrics_port is not None:
+            self._metrics = BrokerMetrics(lambda: self._state)
 
     @property
     def state(self) -> BrokerState:
@@ -385,6 +441,22 @@ class Broker:
         """``host:port`` of the first listener, for clients, after :meth:`start`."""
         return self.listener_address(self._listeners[0].name)
 
+    @property
+    def metrics_address(self) -> str | None:
+        """``host:port`` of the Prometheus endpoint (``http://<it>/metrics``) once started;
+        None when ``metrics_port`` is not set."""
+        if self._metrics is None:
+            return None
+        if self._metrics_server is None:
+            raise RuntimeError("broker is not started")
+        host, port = self._metrics_server.address
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    @property
+    def metrics_registry(self) -> CollectorRegistry | None:
+        """This broker's own Prometheus registry (e.g. for ``generate_latest``); None without metrics."""
+        return None if self._metrics is None else self._metrics.registry
+
     def listener_address(self, name: str) -> str:
         """The advertised ``host:port`` of listener ``name`` (e.g. ``"SASL_SSL"``), after :meth:`start`."""
         host, port = self.state.listener_endpoints[name.upper()]
@@ -400,6 +472,9 @@ class Broker:
         for entry in self._add_scram:
             state.scram_credentials.add(entry)
         try:
+            if self._metrics is not None and self.config.metrics_port is not None:
+                self._metrics_server = MetricsServer(self._metrics.registry)
+                await self._metrics_server.start(self.host, self.config.metrics_port)
             for listener in self._listeners:
                 server = await asyncio.start_server(
                     functools.partial(self._on_connection, self._security[listener.name]),
@@ -415,6 +490,8 @@ class Broker:
             await self._close_servers()
             state.close()
             raise
+        if self._metrics_server is not None:
+            log.info("kafkakit broker metrics on http://%s/metrics", self.metrics_address)
         state.set_listeners(advertised_endpoints(self.config, self._bound))
         self._state = state
         state.start_background_tasks()
@@ -422,6 +499,9 @@ class Broker:
     async def _close_servers(self) -> None:
         servers, self._servers = self._servers, {}
         self._bound = []
+        metrics_server, self._metrics_server = self._metrics_server, None
+        if metrics_server is not None:
+            await metrics_server.stop()
         for server in servers.values():
             server.close()
         for server in servers.values():
@@ -469,9 +549,14 @@ class Broker:
         if self._state is None:
             writer.close()
             return
-        connection = _Connection(self._state, reader, writer, security)
+        connection = _Connection(self._state, reader, writer, security, self._metrics)
+        stats = None if self._metrics is None else self._metrics.listener(security.listener.name)
+        if stats is not None:
+            stats.connections_created += 1
         self._connections.add(connection)
         try:
             await connection.serve()
         finally:
             self._connections.discard(connection)
+            if stats is not None:
+                stats.connections_closed += 1
