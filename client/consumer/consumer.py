@@ -24,6 +24,7 @@ from kafkakit.errors import (
     KafkaConfigError,
     KafkaError,
 )
+from kafkakit.metrics import Metrics, NetworkMetrics, metrics_enabled
 from kafkakit.net.security import OAuthTokenProvider, SecurityConfig
 from kafkakit.protocol.framing import ApiKey, request_class, response_class
 from kafkakit.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
@@ -31,6 +32,8 @@ from kafkakit.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimesta
 from .assignors import CooperativeStickyAssignor, RangeAssignor
 from .fetcher import Deserializer, Fetcher, FetcherConfig
 from .group import GroupConfig, GroupCoordinator, GroupMetadata, check_assignors
+from .instrumentation import ConsumeHook, run_consume_hooks
+from .instrumentation import attach as attach_metrics
 from .offsets import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED, list_offsets
 from .partition_state import PartitionState
 from .range_reader import FetchedRange, RangeSettings, read_range
@@ -167,6 +170,8 @@ class Consumer:
         self._isolation_level = _ISOLATION_LEVELS[isolation_level]
         self._request_timeout = request_timeout_ms / 1000
         self._max_poll_records = max_poll_records
+        self._metrics = Metrics() if metrics_enabled() else None
+        self._consume_hooks: list[ConsumeHook] = []
         self._cluster = Cluster(
             bootstrap_servers,
             client_id=client_id,
@@ -184,6 +189,7 @@ class Consumer:
                 sasl_oauth_token_provider=sasl_oauth_token_provider,
                 sasl_oauth_extensions=sasl_oauth_extensions or {},
             ),
+            network_metrics=None if self._metrics is None else NetworkMetrics(self._metrics),
         )
         self._fetcher = Fetcher(
             self._cluster,
@@ -217,6 +223,8 @@ class Consumer:
                 self._cluster, self._subscription, self._fetcher, self._group_config
             )
             self._fetcher.committed_lookup = self._group.committed_positions
+        if self._metrics is not None:
+            attach_metrics(self._metrics, self._fetcher, self._group, read_committed=self._isolation_level == READ_COMMITTED)
         self._started = False
         self._stopping = False
         self._closed = False
@@ -591,6 +599,17 @@ class Consumer:
             raise ValueError(f"fetch_range needs 0 <= start <= end, got [{start}, {end})")
         return read_range(self._cluster, self._range_settings, partition, start, end, wait_timeout_ms / 1000)
 
+    def metrics(self) -> dict[str, float]:
+        """Kafka's consumer metrics by name (``records-lag{topic=t,partition=0}``...): docs/metrics.md."""
+        return self._metrics.snapshot() if self._metrics is not None else {}
+
+    def add_consume_hook(self, hook: ConsumeHook) -> None:
+        """Call ``hook(records)`` with the records each getmany() (per partition), getone() and
+        ``async for`` step hands out (kafkakit.otel traces with it); costs nothing until added.
+        """
+        self._consume_hooks.append(hook)
+        self._iterating = None  # async for's per-record fast path skips hooks: leave it
+
     def fetch_session_stats(self) -> dict[str, int]:
         """What this consumer's KIP-227 fetch sessions did: requests (full and incremental),
         partitions sent in them, and sessions restarted after an error (diagnostics)."""
@@ -647,12 +666,16 @@ class Consumer:
             raise ValueError(f"max_records must be positive, got {max_records}")
         group = self._group
         if group is None:
-            return await self._getmany(partitions, timeout_ms, max_records)
-        group.poll_started()
-        try:
-            return await self._getmany(partitions, timeout_ms, max_records)
-        finally:
-            group.poll_ended()
+            records = await self._getmany(partitions, timeout_ms, max_records)
+        else:
+            group.poll_started()
+            try:
+                records = await self._getmany(partitions, timeout_ms, max_records)
+            finally:
+                group.poll_ended()
+        if self._consume_hooks:
+            run_consume_hooks(self._consume_hooks, records.values())
+        return records
 
     async def _getmany(
         self, partitions: tuple[TopicPartition, ...], timeout_ms: int, max_records: int | None
@@ -682,12 +705,16 @@ class Consumer:
         self._check_running()
         group = self._group
         if group is None:
-            return await self._getone(partitions)
-        group.poll_started()
-        try:
-            return await self._getone(partitions)
-        finally:
-            group.poll_ended()
+            record = await self._getone(partitions)
+        else:
+            group.poll_started()
+            try:
+                record = await self._getone(partitions)
+            finally:
+                group.poll_ended()
+        if self._consume_hooks:
+            run_consume_hooks(self._consume_hooks, ((record,),))
+        return record
 
     async def _getone(self, partitions: tuple[TopicPartition, ...]) -> Record:
         fetcher = self._fetcher
@@ -724,6 +751,8 @@ class Consumer:
             record = await self.getone()
         except ConsumerStoppedError:
             raise StopAsyncIteration from None
+        if self._consume_hooks:
+            return record  # with hooks, every record comes through getone(), which runs them
         try:
             self._iterating = self._fetcher.state(TopicPartition(record.topic, record.partition))
         except KeyError:  # unassigned meanwhile

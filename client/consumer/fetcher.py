@@ -22,7 +22,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from kafkakit.cluster import Cluster
 from kafkakit.errors import (
@@ -56,6 +56,9 @@ from .fetch_session import (
 from .offsets import EARLIEST, LATEST, READ_COMMITTED, list_offsets
 from .partition_state import NO_EPOCH, Chunk, PartitionState
 from .validation import PositionValidator
+
+if TYPE_CHECKING:
+    from .instrumentation import FetchMetrics
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +150,8 @@ class Fetcher:
         self._rotation = 0
         #: Set by the group coordinator: positions come from committed offsets before the reset policy.
         self.committed_lookup: CommittedLookup | None = None
+        #: The consumer's fetch metrics, recorded per response and per decoded piece (None: off).
+        self.metrics: FetchMetrics | None = None
 
     # -- lifecycle -------------------------------------------------------
 
@@ -181,6 +186,8 @@ class Fetcher:
         for tp, state in old.items():
             if tp not in self._states:
                 state.epoch += 1  # drop any response still on its way
+                if self.metrics is not None:
+                    self.metrics.discarded(state)
         self._wake()
 
     def assignment(self) -> set[TopicPartition]:
@@ -194,7 +201,10 @@ class Fetcher:
         return self._states.values()
 
     def seek(self, tp: TopicPartition, offset: int | None) -> None:
-        self._states[tp].seek(offset)
+        state = self._states[tp]
+        if self.metrics is not None:
+            self.metrics.discarded(state)
+        state.seek(offset)
         self._wake()
 
     def pause(self, tp: TopicPartition) -> None:
@@ -444,6 +454,8 @@ class Fetcher:
             except BaseException:
                 chunk.next_batch = first  # the next getmany decodes (and fails on) the same records again
                 raise
+        if self.metrics is not None:
+            self.metrics.decoded(tp.topic, len(records), chunk.batches[first : chunk.next_batch])
         return records
 
     async def wait_for_data(self, timeout: float | None) -> None:
@@ -634,6 +646,7 @@ class Fetcher:
             rack_id="",
             **session_fields,
         )
+        sent_at = time.monotonic()
         try:
             response = await conn.send(request, timeout=config.request_timeout + config.max_wait_ms / 1000)
         except BaseException:
@@ -661,6 +674,8 @@ class Fetcher:
                 # KIP-951 (Fetch v16+): a new leader named in the error is fetched from at once.
                 hinted = int(p.error_code) in _HINTED and self._cluster.metadata.take_leader_hint(tp, p, response)
                 backoff |= failed and not hinted
+        if self.metrics is not None:
+            self.metrics.fetch_response(states, response, sent_at)
         return backoff
 
 

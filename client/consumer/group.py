@@ -28,7 +28,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafkakit.cluster import Cluster
 from kafkakit.errors import (
@@ -58,6 +58,9 @@ from .assignors import (
 )
 from .fetcher import Fetcher
 from .subscription import ConsumerRebalanceListener, SubscriptionState, call_listener
+
+if TYPE_CHECKING:
+    from .instrumentation import GroupMetrics
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +167,8 @@ class GroupCoordinator:
         self._next_auto_commit = time.monotonic() + config.auto_commit_interval_ms / 1000
         self._next_metadata_check = 0.0
         self.rebalances = 0  # completed rebalances (JoinGroup+SyncGroup rounds), for tests and metrics
+        #: The consumer's coordinator metrics (None: off): per join, sync, rebalance, heartbeat and commit.
+        self.metrics: GroupMetrics | None = None
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -456,6 +461,8 @@ class GroupCoordinator:
 
     async def _rebalance(self) -> None:
         """Prepare (revoke or lose), then JoinGroup/SyncGroup until one round completes, then apply it."""
+        started = time.monotonic()
+        metrics = self.metrics
         self._subscription_version = self._subscription.version
         if self._subscription.pattern is not None and not self._subscription.topics:
             response = await self._cluster.fetch_all_topics_metadata()
@@ -470,18 +477,26 @@ class GroupCoordinator:
                 await self._lose(set(self._assigned))  # a failed round ended our generation
             self._rejoin_needed = False
             self.state = MemberState.PREPARING_REBALANCE
+            round_started = time.monotonic()
             join = await self._join_round()
             if join is None:
                 continue
+            if metrics is not None:
+                metrics.joined(round_started)
             self.state = MemberState.COMPLETING_REBALANCE
+            round_started = time.monotonic()
             assignment = await self._sync_round(join)
             if assignment is None:
                 continue
+            if metrics is not None:
+                metrics.synced(round_started)
             self.state = MemberState.STABLE
             self._last_heartbeat_ok = time.monotonic()
             self._heartbeat_wakeup.set()
             self.rebalances += 1
             await self._join_complete(assignment)
+            if metrics is not None:
+                metrics.rebalanced(started)
             return
 
     async def _join_prepare(self) -> None:
@@ -814,6 +829,7 @@ class GroupCoordinator:
     async def _heartbeat(self) -> float:
         """One heartbeat; returns the seconds until the next one."""
         generation, member = self.generation_id, self.member_id
+        sent_at = time.monotonic() if self.metrics is None else self.metrics.heartbeat_sent()
         try:
             response = await self._send(
                 ApiKey.HEARTBEAT,
@@ -826,6 +842,8 @@ class GroupCoordinator:
             log.info("group %s: heartbeat failed: %s", self._config.group_id, exc)
             self._check_session_expiry()
             return self._backoff
+        if self.metrics is not None:
+            self.metrics.heartbeat_answered(sent_at)
         if generation != self.generation_id or self.state is not MemberState.STABLE:
             return self._config.heartbeat_interval_ms / 1000  # a rebalance started meanwhile
         code = int(response.error_code)
@@ -915,7 +933,8 @@ class GroupCoordinator:
                     "committed_metadata": om.metadata,
                 }
             )
-        deadline = time.monotonic() + self._api_timeout
+        started = time.monotonic()
+        deadline = started + self._api_timeout
         while True:
             try:
                 response = await self._send(
@@ -935,6 +954,8 @@ class GroupCoordinator:
             if code == 0:
                 for tp, om in offsets.items():
                     self._last_committed[tp] = om.offset
+                if self.metrics is not None:
+                    self.metrics.committed(started)
                 return
             if code != -2:
                 last = for_code(code)("OffsetCommit")
