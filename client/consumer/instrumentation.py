@@ -18,7 +18,7 @@ is exact: it leaves out the decoded records not handed out yet.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kafkakit.consumer.partition_state import Chunk, PartitionState, Record
@@ -144,7 +144,7 @@ class FetchMetrics:
 
 
 def _consumed_meter(
-    registry: Metrics, name: str, tags: dict[str, object] | None, unread: Callable[[], int]
+    registry: Metrics, name: str, tags: Mapping[str, object] | None, unread: Callable[[], int]
 ) -> Sensor:
     """records-consumed-rate and -total; the total leaves out records decoded but not handed out yet."""
     sensor = registry.sensor(name)
