@@ -7,8 +7,11 @@ kafkakit producer sends N records of S bytes one ``send()`` at a time to a fresh
 one-partition topic, then a kafkakit consumer reads them back; every client runs
 in its own interpreter.  The figure is the on/off ratio of the rates, the
 median of the per-round ratios (rounds interleave, so machine noise hits both).
+Beside it, the broker process's CPU time per record (user + system, from
+/proc), which a busy machine disturbs far less than wall-clock rates.
 
     python benchmarks/broker_metrics_overhead.py               # 300,000 x 100 B, 3 rounds
+    python benchmarks/broker_metrics_overhead.py --await-each --records 20000   # a request per record
     python benchmarks/broker_metrics_overhead.py --smoke       # seconds, for CI
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -46,8 +50,12 @@ async def _produce(spec: dict[str, Any]) -> float:
         await producer.partitions_for(spec["topic"])
         send, topic = producer.send, spec["topic"]
         start = time.perf_counter()
-        for _ in range(n):
-            await send(topic, value)
+        if spec["await_each"]:  # one Produce request per record: the request path at its busiest
+            for _ in range(n):
+                await (await send(topic, value))
+        else:
+            for _ in range(n):
+                await send(topic, value)
         await producer.flush()
         return time.perf_counter() - start
 
@@ -119,20 +127,31 @@ class Scraper:
             self._thread.join()
 
 
-def messages_in(text: str) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def samples(text: str, name: str) -> dict[str, float]:
+    """The values of sample ``name`` in a scrape, keyed by their ``api`` label (or "")."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == "kafkakit_broker_messages_in_total":
-                return float(sample.value)
-    raise AssertionError("no kafkakit_broker_messages_in_total in the scrape")
+            if sample.name == name:
+                key = sample.labels.get("api", "")
+                out[key] = out.get(key, 0.0) + sample.value
+    return out
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     from tests.brokers import BrokerMinProcess, free_port
 
-    results: dict[str, Any] = {"args": vars(args), "seconds": {}, "rates": {}, "ratio": {}, "scrapes": 0}
+    results: dict[str, Any] = {
+        "args": vars(args), "seconds": {}, "rates": {}, "ratio": {}, "cpu_us": {}, "cpu_ratio": {}, "scrapes": 0,
+    }  # fmt: skip
     timeout = max(180.0, args.records / 2000)
     metrics_port = free_port()
     with tempfile.TemporaryDirectory(prefix="kafkakit-metricsbench-") as tmp:
@@ -145,53 +164,75 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             for broker in brokers.values():
                 broker.start()
             times: dict[str, list[float]] = {f"{role}/{mode}": [] for role in ROLES for mode in MODES}
+            cpu: dict[str, list[float]] = {key: [] for key in times}
             for round_ in range(args.rounds):
                 for mode in MODES if round_ % 2 == 0 else reversed(MODES):
                     bootstrap = brokers[mode].bootstrap_servers
                     topic = f"metrics-{mode}-{uuid.uuid4().hex[:8]}"
                     create_topic(bootstrap, topic)
                     spec = {"size": args.size, "records": args.records, "bootstrap": bootstrap,
-                            "topic": topic, "mode": mode}  # fmt: skip
+                            "topic": topic, "mode": mode, "await_each": args.await_each}  # fmt: skip
                     with Scraper(address, args.scrape_interval if mode == "on" else 0) as scraper:
                         for role in ROLES:
+                            pid = brokers[mode].pid
+                            assert pid is not None
+                            cpu_before = cpu_seconds(pid)
                             seconds = spawn({**spec, "role": role}, timeout)
                             times[f"{role}/{mode}"].append(seconds)
+                            # Broker CPU per record, start-up of the client process included.
+                            cpu[f"{role}/{mode}"].append((cpu_seconds(pid) - cpu_before) / args.records * 1e6)
                             print(f"round {round_ + 1} {role} metrics {mode}: {args.records / seconds:,.0f} rec/s",
                                   flush=True)  # fmt: skip
                     results["scrapes"] += scraper.scrapes
             # The instrumented broker really counted: every record it was sent (plus nothing else).
-            results["messages_in_on"] = messages_in(scrape(address))
+            final = scrape(address)
+            results["messages_in_on"] = samples(final, "kafkakit_broker_messages_in_total")[""]
+            results["requests_on"] = samples(final, "kafkakit_broker_requests_total")
         finally:
             for broker in brokers.values():
                 broker.stop()
-    results["seconds"] = times
+    results["seconds"], results["cpu_us"] = times, cpu
     for key, values in times.items():
         results["rates"][key] = args.records / statistics.median(values)
     for role in ROLES:
         # on/off rate ratio per round (= off/on seconds), then the median over rounds.
         pairs = zip(times[f"{role}/off"], times[f"{role}/on"], strict=True)
         results["ratio"][role] = statistics.median(off / on for off, on in pairs)
+        cpu_pairs = zip(cpu[f"{role}/off"], cpu[f"{role}/on"], strict=True)
+        results["cpu_ratio"][role] = statistics.median(on / off for off, on in cpu_pairs)
     return results
 
 
 def report(results: dict[str, Any]) -> str:
-    args, times = results["args"], results["seconds"]
+    args, times, cpu = results["args"], results["seconds"], results["cpu_us"]
     lines = [
         f"{args['records']:,} records x {args['size']} B, {args['rounds']} interleaved rounds, "
+        f"{'each send awaited (a request per record)' if args['await_each'] else 'send() not awaited'}, "
         f"kafkakit per-record send() then a consumer; the 'on' broker scraped every {args['scrape_interval']} s "
         f"({results['scrapes']} scrapes)",
         "",
-        "| role | round | metrics off rec/s | metrics on rec/s | on/off |",
-        "|---|---:|---:|---:|---:|",
+        "| role | round | off rec/s | on rec/s | rate on/off | broker CPU off us/rec | on us/rec | CPU on/off |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    n = args["records"]
     for role in ROLES:
-        for i, (off, on) in enumerate(zip(times[f"{role}/off"], times[f"{role}/on"], strict=True)):
-            lines.append(f"| {role} | {i + 1} | {args['records'] / off:,.0f} | {args['records'] / on:,.0f} | "
-                         f"{off / on:.3f} |")  # fmt: skip
+        rows = zip(
+            times[f"{role}/off"], times[f"{role}/on"], cpu[f"{role}/off"], cpu[f"{role}/on"], strict=True
+        )
+        for i, (off, on, cpu_off, cpu_on) in enumerate(rows):
+            lines.append(f"| {role} | {i + 1} | {n / off:,.0f} | {n / on:,.0f} | {off / on:.3f} | "
+                         f"{cpu_off:.2f} | {cpu_on:.2f} | {cpu_on / cpu_off:.3f} |")  # fmt: skip
         lines.append(f"| {role} | median | {results['rates'][f'{role}/off']:,.0f} | "
-                     f"{results['rates'][f'{role}/on']:,.0f} | {results['ratio'][role]:.3f} |")  # fmt: skip
-    lines += ["", "on/off ratio (median of per-round ratios): "
-              + ", ".join(f"{role} {results['ratio'][role]:.3f}" for role in ROLES)]  # fmt: skip
+                     f"{results['rates'][f'{role}/on']:,.0f} | {results['ratio'][role]:.3f} | "
+                     f"{statistics.median(cpu[f'{role}/off']):.2f} | {statistics.median(cpu[f'{role}/on']):.2f} | "
+                     f"{results['cpu_ratio'][role]:.3f} |")  # fmt: skip
+    requests = results["requests_on"]
+    lines += ["", "on/off rate ratio (median of per-round ratios): "
+              + ", ".join(f"{role} {results['ratio'][role]:.3f}" for role in ROLES),
+              "broker CPU per record on/off (median of per-round ratios): "
+              + ", ".join(f"{role} {results['cpu_ratio'][role]:.3f}" for role in ROLES),
+              f"requests the 'on' broker counted: Produce {requests.get('Produce', 0):,.0f}, "
+              f"Fetch {requests.get('Fetch', 0):,.0f}, all {sum(requests.values()):,.0f}"]  # fmt: skip
     return "\n".join(lines)
 
 
@@ -205,6 +246,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
         "--scrape-interval", type=float, default=1.0, help="seconds; 0 = never scrape during runs"
+    )
+    parser.add_argument(
+        "--await-each",
+        action="store_true",
+        help="await each record's acknowledgement: one Produce request per record (use fewer records)",
     )
     parser.add_argument("--json", help="write the raw results here")
     parser.add_argument("--smoke", action="store_true", help="10,000 records, 1 round")

@@ -33,7 +33,6 @@ import struct
 import sys
 import typing
 from collections.abc import Callable, Iterator, Sequence
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from kafkakit.broker.coordinators.group import GroupState
@@ -227,9 +226,31 @@ class BrokerMetrics(Collector):
                 self._totals.bytes_out += size
 
     def _count_errors(self, key: int, response: Any) -> None:
-        for code in response_error_codes(response):
+        cls: type = type(response)
+        if dataclasses.is_dataclass(cls):
+            plan = _plan(cls)
+            if plan is not None:
+                self._walk(key, response, plan)
+
+    def _walk(self, key: int, entity: Any, plan: _Plan) -> None:
+        """Count the error codes of ``entity`` and of the nested entities ``plan`` names."""
+        for name in plan.errors:
+            code = getattr(entity, name)
             if code:
                 self._error(key, code)
+        for name in plan.one:
+            value = getattr(entity, name)
+            if value is not None:
+                inner = _plan(type(value))
+                if inner is not None:
+                    self._walk(key, value, inner)
+        for name in plan.many:
+            items = getattr(entity, name)
+            if items:
+                inner = _plan(type(items[0]))
+                if inner is not None:
+                    for item in items:
+                        self._walk(key, item, inner)
 
     # -- collecting (a scrape) ------------------------------------------------------------------
 
@@ -415,6 +436,7 @@ def _gauge(name: str, text: str, value: float) -> GaugeMetricFamily:
 # -- reading responses --------------------------------------------------------------------------
 
 _I32_AT = struct.Struct(">i").unpack_from
+_I16_AT = struct.Struct(">h").unpack_from
 # A v2 record batch: baseOffset (8), batchLength (4), ..., recordCount at byte 57 of 61.
 _BATCH_HEADER = 61
 
@@ -437,8 +459,19 @@ class _Plan:
     many: tuple[str, ...]
 
 
-@cache
+_PLANS: dict[type, _Plan | None] = {}
+
+
 def _plan(cls: type) -> _Plan | None:
+    """The fields to visit in ``cls`` (None: no error code anywhere below it), worked out once per class."""
+    try:
+        return _PLANS[cls]
+    except KeyError:
+        plan = _PLANS[cls] = _make_plan(cls)
+        return plan
+
+
+def _make_plan(cls: type) -> _Plan | None:
     """The fields to visit in ``cls`` (None: no error code anywhere below it)."""
     errors, one, many = [], [], []
     hints = typing.get_type_hints(cls, sys.modules[cls.__module__].__dict__)
@@ -458,27 +491,12 @@ def _plan(cls: type) -> _Plan | None:
     return _Plan(tuple(errors), tuple(one), tuple(many))
 
 
-def response_error_codes(response: Any) -> Iterator[int]:
-    """Every ``error_code`` in a kio response and its nested entities (Kafka's ``errorCounts``)."""
-    cls: type = type(response)
-    if not dataclasses.is_dataclass(cls):
-        return
-    plan = _plan(cls)
-    if plan is None:
-        return
-    for name in plan.errors:
-        yield int(getattr(response, name))
-    for name in plan.one:
-        value = getattr(response, name)
-        if value is not None:
-            yield from response_error_codes(value)
-    for name in plan.many:
-        for item in getattr(response, name):
-            yield from response_error_codes(item)
-
-
 class _PartsReader:
-    """Reads a hand-encoded response body whose record data may be separate file-slice parts."""
+    """Reads a hand-encoded response body whose record data may be separate file-slice parts.
+
+    Reads in place (``unpack_from``, positions moved past record bytes): a Fetch
+    response can carry megabytes of records, none of which may be copied here.
+    """
 
     def __init__(self, parts: Sequence[Any]) -> None:
         self._parts = parts
@@ -494,23 +512,35 @@ class _PartsReader:
             raise ValueError("expected a bytes part")
         self._buf, self._pos = part, 0
 
-    def take(self, n: int) -> bytes:
-        data = self._buf[self._pos : self._pos + n]
-        if len(data) != n:
+    def skip(self, n: int) -> None:
+        if n < 0 or self._pos + n > len(self._buf):
             raise ValueError("response ends early")
         self._pos += n
-        return data
 
     def int16(self) -> int:
-        return int.from_bytes(self.take(2), "big", signed=True)
+        value: int = _I16_AT(self._buf, self._pos)[0]
+        self._pos += 2
+        return value
 
     def int32(self) -> int:
-        return int.from_bytes(self.take(4), "big", signed=True)
+        value: int = _I32_AT(self._buf, self._pos)[0]
+        self._pos += 4
+        return value
+
+    def text(self, n: int) -> str:
+        end = self._pos + n
+        if n < 0 or end > len(self._buf):
+            raise ValueError("response ends early")
+        value = self._buf[self._pos : end].decode("utf-8")
+        self._pos = end
+        return value
 
     def uvarint(self) -> int:
         shift = value = 0
+        buf = self._buf
         while True:
-            byte = self.take(1)[0]
+            byte = buf[self._pos]
+            self._pos += 1
             value |= (byte & 0x7F) << shift
             if byte < 0x80:
                 return value
@@ -527,30 +557,32 @@ class _PartsReader:
                 raise ValueError("file slice does not match the records' length")
             self._next_bytes()
         else:
-            self.take(size)
+            self.skip(size)
 
 
 def fetch_response_partitions(version: int, parts: Sequence[Any]) -> Iterator[tuple[str, int, int]]:
     """(topic, error code, record bytes) of each partition of a Fetch v4-12 response body."""
     reader = _PartsReader(parts)
     flexible = version >= 12
-    reader.take(4)  # throttle_time_ms
+    reader.skip(4)  # throttle_time_ms
     if version >= 7:
         top_error = reader.int16()
         if top_error:
             yield "", top_error, 0
-        reader.take(4)  # session id
+        reader.skip(4)  # session id
+    # After the error: high watermark, LSO and (v5+) log start offset.
+    offsets = 16 + (8 if version >= 5 else 0)
     for _ in range(reader.uvarint() - 1 if flexible else reader.int32()):
-        length = reader.uvarint() - 1 if flexible else reader.int16()
-        topic = reader.take(length).decode("utf-8")
+        topic = reader.text(reader.uvarint() - 1 if flexible else reader.int16())
         for _ in range(reader.uvarint() - 1 if flexible else reader.int32()):
-            reader.take(4)  # partition index
+            reader.skip(4)  # partition index
             code = reader.int16()
-            reader.take(16 + (8 if version >= 5 else 0))  # high watermark, LSO, log start offset
+            reader.skip(offsets)
             aborted = reader.uvarint() - 1 if flexible else reader.int32()
-            reader.take(max(aborted, 0) * (17 if flexible else 16))
+            if aborted > 0:
+                reader.skip(aborted * (17 if flexible else 16))
             if version >= 11:
-                reader.take(4)  # preferred read replica
+                reader.skip(4)  # preferred read replica
             size = reader.uvarint() - 1 if flexible else reader.int32()
             reader.skip_records(size)
             if flexible:
@@ -563,7 +595,7 @@ def fetch_response_partitions(version: int, parts: Sequence[Any]) -> Iterator[tu
 def _skip_tags(reader: _PartsReader) -> None:
     for _ in range(reader.uvarint()):
         reader.uvarint()
-        reader.take(reader.uvarint())
+        reader.skip(reader.uvarint())
 
 
 # -- the HTTP endpoint --------------------------------------------------------------------------

@@ -28,4 +28,7 @@ def test_broker_metrics_overhead_benchmark_smoke_run(tmp_path: Path) -> None:
         assert results["ratio"][role] > 0
     # The instrumented broker counted every record it was sent.
     assert results["messages_in_on"] == results["args"]["records"]
-    assert "on/off ratio" in result.stdout
+    assert "on/off rate ratio" in result.stdout
+    for role in ("produce", "consume"):
+        assert results["cpu_ratio"][role] > 0
+    assert results["requests_on"]["Produce"] > 0
