@@ -4,41 +4,14 @@ Public names::
 
     from kafkakit import Producer, Consumer, Admin, TopicPartition, NewTopic
 
-``Producer``, ``Consumer`` and ``Admin`` are imported on first use so that
-``import kafkakit.broker`` does not pay for the client's modules.
+Every public name is imported on first use, so that ``import kafkakit.broker`` does not
+pay for the client's modules, and the pytest plugin (``kafkakit.testing.plugin``, loaded in
+every pytest session) imports nothing heavy.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-
-from kafkakit.errors import (
-    AuthenticationError,
-    AuthorizationError,
-    BrokerResponseError,
-    ClusterAuthorizationFailedError,
-    CommitFailedError,
-    GroupAuthorizationFailedError,
-    KafkaConfigError,
-    KafkaConnectionError,
-    KafkaError,
-    KafkaTimeoutError,
-    NotYetSupportedError,
-    SaslAuthenticationError,
-    SslAuthenticationError,
-    SSLVerificationError,
-    TopicAuthorizationFailedError,
-    TransactionalIdAuthorizationFailedError,
-    UnsupportedSaslMechanismError,
-)
-from kafkakit.structs import (
-    ConsumerRecord,
-    NewTopic,
-    OffsetAndMetadata,
-    OffsetAndTimestamp,
-    RecordMetadata,
-    TopicPartition,
-)
 
 if TYPE_CHECKING:
     from kafkakit.acls import (
@@ -54,9 +27,36 @@ if TYPE_CHECKING:
     )
     from kafkakit.admin import Admin
     from kafkakit.consumer import Consumer, ConsumerRebalanceListener, FetchedRange
+    from kafkakit.errors import (
+        AuthenticationError,
+        AuthorizationError,
+        BrokerResponseError,
+        ClusterAuthorizationFailedError,
+        CommitFailedError,
+        GroupAuthorizationFailedError,
+        KafkaConfigError,
+        KafkaConnectionError,
+        KafkaError,
+        KafkaTimeoutError,
+        NotYetSupportedError,
+        SaslAuthenticationError,
+        SslAuthenticationError,
+        SSLVerificationError,
+        TopicAuthorizationFailedError,
+        TransactionalIdAuthorizationFailedError,
+        UnsupportedSaslMechanismError,
+    )
     from kafkakit.producer import Producer, TransactionHandle, complete_transaction
     from kafkakit.security.oauthbearer import OAuthBearerToken
     from kafkakit.security.tls import create_ssl_context
+    from kafkakit.structs import (
+        ConsumerRecord,
+        NewTopic,
+        OffsetAndMetadata,
+        OffsetAndTimestamp,
+        RecordMetadata,
+        TopicPartition,
+    )
 
 __version__ = "0.1.0"
 
@@ -106,6 +106,29 @@ __all__ = [
 ]
 
 _LAZY = {
+    "AuthenticationError": "kafkakit.errors",
+    "AuthorizationError": "kafkakit.errors",
+    "BrokerResponseError": "kafkakit.errors",
+    "ClusterAuthorizationFailedError": "kafkakit.errors",
+    "CommitFailedError": "kafkakit.errors",
+    "GroupAuthorizationFailedError": "kafkakit.errors",
+    "KafkaConfigError": "kafkakit.errors",
+    "KafkaConnectionError": "kafkakit.errors",
+    "KafkaError": "kafkakit.errors",
+    "KafkaTimeoutError": "kafkakit.errors",
+    "NotYetSupportedError": "kafkakit.errors",
+    "SaslAuthenticationError": "kafkakit.errors",
+    "SslAuthenticationError": "kafkakit.errors",
+    "SSLVerificationError": "kafkakit.errors",
+    "TopicAuthorizationFailedError": "kafkakit.errors",
+    "TransactionalIdAuthorizationFailedError": "kafkakit.errors",
+    "UnsupportedSaslMechanismError": "kafkakit.errors",
+    "ConsumerRecord": "kafkakit.structs",
+    "NewTopic": "kafkakit.structs",
+    "OffsetAndMetadata": "kafkakit.structs",
+    "OffsetAndTimestamp": "kafkakit.structs",
+    "RecordMetadata": "kafkakit.structs",
+    "TopicPartition": "kafkakit.structs",
     "AclBinding": "kafkakit.acls",
     "AclBindingFilter": "kafkakit.acls",
     "AclOperation": "kafkakit.acls",
