@@ -30,5 +30,5 @@ def test_broker_metrics_overhead_benchmark_smoke_run(tmp_path: Path) -> None:
     assert results["messages_in_on"] == results["args"]["records"]
     assert "on/off rate ratio" in result.stdout
     for role in ("produce", "consume"):
-        assert results["cpu_ratio"][role] > 0
+        assert results["cpu_ratio"][role] > 0  # nan fails too
     assert results["requests_on"]["Produce"] > 0
