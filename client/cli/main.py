@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         error(str(exc))
         return EXIT_USAGE
     except KafkaConfigError as exc:
-        error(f"invalid setting {exc.setting}: {exc}")
+        error(f"invalid setting: {exc}")  # the message starts with the setting's name
         return EXIT_USAGE
     except BrokerResponseError as exc:
         error(str(exc))  # "[3] UNKNOWN_TOPIC_OR_PARTITION: ..." names the Kafka error
