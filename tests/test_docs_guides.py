@@ -17,10 +17,10 @@ from tests.docs_runner import REPO, GuideError, nav_section, parse_page, run_pag
 DOCS = REPO / "docs"
 GUIDES = nav_section("Guides")
 
-#: Guide pages being (re)written for issue 12 at the same time (testing.md, cli.md and
-#: metrics.md by other engineers; testing.md exists in its old form, which runs the whole
-#: suite): not run, and may be missing, until their new version lands and the entry is removed.
-PENDING = {"testing.md", "cli.md", "metrics.md", "spark.md"}
+#: Guide pages other engineers are writing for issue 12 at the same time: while one is
+#: missing it is not run (test_guides_in_nav_exist tolerates it); once it lands it runs
+#: like every other page. Remove an entry when its page is committed.
+PENDING = {"cli.md", "metrics.md"}
 
 
 def test_guides_in_nav_exist() -> None:
@@ -29,7 +29,7 @@ def test_guides_in_nav_exist() -> None:
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("page", [p for p in GUIDES if p not in PENDING])
+@pytest.mark.parametrize("page", [p for p in GUIDES if (DOCS / p).is_file() or p not in PENDING])
 def test_guide_runs(page: str, tmp_path: Path) -> None:
     report = run_page(DOCS / page, tmp_path / "page")
     assert report.ran, f"{page} has no python or bash block that runs"
