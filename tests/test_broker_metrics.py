@@ -203,6 +203,26 @@ async def test_transactions_by_state(tmp_path: Path) -> None:
     assert committed.value("kafkakit_broker_producer_ids") >= 1
 
 
+async def test_acks_0_produce_is_counted_without_a_response(tmp_path: Path) -> None:
+    topic = new_topic_name("metrics-acks0")
+    async with Broker(tmp_path, metrics_port=0) as broker:
+        async with Producer(bootstrap_servers=broker.bootstrap_servers, acks=0) as producer:
+            for _ in range(100):
+                await producer.send(topic, VALUE, partition=0)
+            await producer.flush()
+        # Nothing answers acks=0, so the client cannot know when the broker is done: wait for the count.
+        async with asyncio.timeout(10):
+            while (metrics := await scrape(broker)).total("kafkakit_broker_topic_messages_in_total") < 100:
+                await asyncio.sleep(0.05)
+        log_size = broker.state.logs.get(topic, 0).size_in_bytes  # type: ignore[union-attr]
+    assert metrics.value("kafkakit_broker_topic_messages_in_total", topic=topic) == 100
+    assert metrics.value("kafkakit_broker_log_end_offset", topic=topic, partition="0") == 100
+    assert metrics.value("kafkakit_broker_topic_bytes_in_total", topic=topic) == log_size
+    produce = metrics.total("kafkakit_broker_requests_total", api="Produce")
+    assert produce >= 1
+    assert metrics.value("kafkakit_broker_request_duration_seconds_count", api="Produce") == produce
+
+
 async def test_sasl_logins_are_counted(tmp_path: Path) -> None:
     settings: dict[str, Any] = {
         "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
