@@ -143,14 +143,14 @@ def _template(template: str) -> Callable[[Any], bytes]:
         raise UsageError(f"--format: {exc}") from None
 
     def render(record: Any) -> bytes:
-        headers = ",".join(f"{k}:{_text(v)}" for k, v in record.headers)
+        headers = ",".join(f"{k}:{'null' if v is None else _text(v)}" for k, v in record.headers)
         text = template.format(
             topic=record.topic,
             partition=record.partition,
             offset=record.offset,
             timestamp=record.timestamp,
-            key=_text(record.key),
-            value=_text(record.value),
+            key="null" if record.key is None else _text(record.key),
+            value="null" if record.value is None else _text(record.value),
             headers=headers,
         )
         return text.encode() + b"\n"
