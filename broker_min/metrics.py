@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafkakit.broker.coordinators.group import GroupState
 from kafkakit.broker.coordinators.transactions import KNOWN_STATE_NAMES, state_name
+from kafkakit.broker.handlers import HANDLERS
 from kafkakit.broker.handlers.base import CloseConnection
 from kafkakit.protocol import ApiKey, RequestHeaderInfo
 from kio.schema.errors import ErrorCode
@@ -68,12 +69,26 @@ HTTP_READ_TIMEOUT = 10.0
 HTTP_CLOSE_TIMEOUT = 5.0
 
 
+# Any int16 decodes as an api key or version: requests for keys that are no Kafka API share one
+# label, and versions this broker does not serve another, so a client cannot grow the series.
+UNKNOWN_API = "Unknown"
+UNKNOWN_KEY = -1
+_UNSUPPORTED_VERSION = -1
+
+
 def api_name(api_key: int) -> str:
     """Kafka's request name (``Produce``, ``ApiVersions``): the ``request`` tag of its RequestMetrics."""
     try:
         return "".join(word.capitalize() for word in ApiKey(api_key).name.split("_"))
     except ValueError:
-        return "Unknown"  # any int16 decodes as a key: one label for all of them keeps cardinality bounded
+        return UNKNOWN_API
+
+
+def _version_key(api_key: int, version: int) -> int:
+    spec = HANDLERS.get(api_key)
+    if spec is not None and spec.min_version <= version <= spec.max_version:
+        return version
+    return _UNSUPPORTED_VERSION
 
 
 def error_name(code: int) -> str:
@@ -157,10 +172,14 @@ class BrokerMetrics(Collector):
         key = header.api_key
         api = self._apis.get(key)
         if api is None:
-            api = self._apis[key] = _ApiStats(api_name(key))
+            key, api = self._new_api(key)
         by_version = api.by_version
         version = header.api_version
-        by_version[version] = by_version.get(version, 0) + 1
+        count = by_version.get(version)
+        if count is None:  # a first: a version this broker does not serve counts as UNSUPPORTED
+            version = _version_key(key, version)
+            count = by_version.get(version, 0)
+        by_version[version] = count + 1
         api.buckets[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
         api.seconds += seconds
         api.count += 1
@@ -175,6 +194,16 @@ class BrokerMetrics(Collector):
                 self._count_errors(key, response)
         except Exception:  # a response this code does not understand must not cost the connection
             log.debug("metrics could not read an api %d v%d response", key, version, exc_info=True)
+
+    def _new_api(self, key: int) -> tuple[int, _ApiStats]:
+        """The stats of a key seen for the first time; every key that is no Kafka API shares one."""
+        name = api_name(key)
+        if name == UNKNOWN_API:
+            key = UNKNOWN_KEY
+        api = self._apis.get(key)
+        if api is None:
+            api = self._apis[key] = _ApiStats(name)
+        return key, api
 
     def _error(self, key: int, code: int) -> None:
         errors = self._errors
@@ -281,7 +310,7 @@ class BrokerMetrics(Collector):
         )
         for api in sorted(self._apis.values(), key=lambda a: a.name):
             for version, count in sorted(api.by_version.items()):
-                requests.add_metric([api.name, str(version)], count)
+                requests.add_metric([api.name, str(version) if version >= 0 else "unsupported"], count)
             cumulative, buckets = 0, []
             for bound, count in zip((*map(str, LATENCY_BUCKETS), "+Inf"), api.buckets, strict=True):
                 cumulative += count

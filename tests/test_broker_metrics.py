@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import struct
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -221,6 +222,37 @@ async def test_acks_0_produce_is_counted_without_a_response(tmp_path: Path) -> N
     produce = metrics.total("kafkakit_broker_requests_total", api="Produce")
     assert produce >= 1
     assert metrics.value("kafkakit_broker_request_duration_seconds_count", api="Produce") == produce
+
+
+async def _raw_request(address: str, api_key: int, version: int) -> bytes:
+    """Send one bare request header (client id "raw"); the answer's bytes, or b"" when the broker closes."""
+    host, _, port = address.rpartition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    body = struct.pack(">hhih", api_key, version, 7, 3) + b"raw"
+    writer.write(struct.pack(">i", len(body)) + body)
+    try:
+        async with asyncio.timeout(5):
+            size = await reader.read(4)
+            return await reader.readexactly(struct.unpack(">i", size)[0]) if size else b""
+    finally:
+        writer.close()
+
+
+async def test_unknown_apis_and_versions_share_one_label_each(tmp_path: Path) -> None:
+    """A client can send any int16 as api key or version; the series must not grow with them."""
+    async with Broker(tmp_path, metrics_port=0) as broker:
+        for api_key in (1000, 2000, 32000):
+            assert await _raw_request(broker.bootstrap_servers, api_key, 0) == b""  # closed
+        for version in (100, 200):
+            await _raw_request(broker.bootstrap_servers, 18, version)  # ApiVersions answers v0
+        metrics = await scrape(broker)
+    assert metrics.value("kafkakit_broker_requests_total", api="Unknown", version="unsupported") == 3
+    assert metrics.value("kafkakit_broker_requests_total", api="ApiVersions", version="unsupported") == 2
+    assert (
+        metrics.value("kafkakit_broker_request_errors_total", api="ApiVersions", error="UNSUPPORTED_VERSION")
+        == 2
+    )
+    assert len(metrics.matching("kafkakit_broker_requests_total")) == 2
 
 
 async def test_sasl_logins_are_counted(tmp_path: Path) -> None:
