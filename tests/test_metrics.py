@@ -223,6 +223,7 @@ async def test_send_and_consume_hooks(broker: RunningBroker, topic: str) -> None
 
     async with Producer(bootstrap_servers=broker.bootstrap_servers) as producer:
         producer.add_send_hook(stamp)
+        producer.add_send_hook(lambda t, k, v, p, headers: headers.append(("second", b"2")))
         for i in range(5):
             await producer.send(topic, b"v%d" % i, headers=[("h", b"1")])
         await producer.flush()
@@ -238,5 +239,7 @@ async def test_send_and_consume_hooks(broker: RunningBroker, topic: str) -> None
             records.append(record)
             if len(records) == 5:
                 break
-    assert [list(r.headers) for r in records] == [[("h", b"1"), ("stamped", b"v%d" % i)] for i in range(5)]
+    assert [list(r.headers) for r in records] == [
+        [("h", b"1"), ("stamped", b"v%d" % i), ("second", b"2")] for i in range(5)
+    ]
     assert [r.offset for batch in seen for r in batch] == [0, 1, 2, 3, 4]  # each record once

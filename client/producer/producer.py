@@ -337,8 +337,8 @@ class Producer:
         before queueing; it may append headers and return a callback for the outcome (see SendHook).
         """
         self._send_hooks.append(hook)
-        # An instance attribute in front of the class's send: without hooks, send() is untouched.
-        self.send = functools.partial(hooked_send, self._send_hooks, functools.partial(Producer.send, self))  # type: ignore[method-assign]
+        if len(self._send_hooks) == 1:  # an instance attribute in front of send(): without hooks, none
+            self.send = functools.partial(hooked_send, self._send_hooks, self.send)  # type: ignore[method-assign]
 
     def _forget_topics(self) -> None:
         # Partition counts or leaders may have changed: rebuild topic states lazily.
