@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
+import sys
+import threading
 import time
+from pathlib import Path
+
+from kafkakit.cli.config import client_settings, read_command_config, read_properties_text
 
 from tests.brokers import RunningBroker
 from tests.cli_helpers import kafkakit, kafkakit_many, ok
@@ -261,3 +268,58 @@ def test_failed_delivery_exits_1(broker: RunningBroker, topic: str) -> None:
     assert result.returncode == 1, result.stderr
     # The two records may share a batch, which the broker refuses as a whole.
     assert "MESSAGE_TOO_LARGE" in result.stderr and re.search(r"[12] of 2 record\(s\) failed", result.stderr)
+
+
+def test_ctrl_c_exits_130(broker_min: RunningBroker, topic: str) -> None:
+    _create(broker_min, topic)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kafkakit.cli", "consume", "--bootstrap-server", broker_min.bootstrap_servers,
+         "--topic", topic],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    # Keep producing until a record comes out: then the consumer is surely in its loop.
+    lines: list[str] = []
+    assert process.stdout is not None
+    reader = threading.Thread(target=lambda: lines.append(process.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    deadline = time.monotonic() + 40
+    while not lines and time.monotonic() < deadline and process.poll() is None:
+        kafkakit(
+            "produce", "--bootstrap-server", broker_min.bootstrap_servers, "--topic", topic, input="ping\n"
+        )
+        reader.join(0.5)
+    assert lines == ["ping\n"]
+    process.send_signal(signal.SIGINT)
+    _out, err = process.communicate(timeout=30)
+    assert process.returncode == 130, err
+    assert "interrupted" in err
+
+
+def test_properties_and_toml_command_config(tmp_path: Path) -> None:
+    text = (
+        "# comment\n! also a comment\n"
+        "security.protocol = SASL_SSL\n"
+        "sasl.mechanism:SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\\n"
+        '    username="alice" \\\n    password="p=w:d";\n'
+        "client.id=tab\\there\n"
+    )
+    props = read_properties_text(text)
+    assert props["security.protocol"] == "SASL_SSL" and props["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert props["client.id"] == "tab\there"
+    assert props["sasl.jaas.config"].endswith('username="alice" password="p=w:d";')
+    settings = client_settings({k: v for k, v in props.items() if k != "security.protocol"})
+    assert settings["sasl_plain_username"] == "alice" and settings["sasl_plain_password"] == "p=w:d"
+    assert settings["client_id"] == "tab\there"
+    toml_file = tmp_path / "client.toml"
+    toml_file.write_text(
+        'security.protocol = "SASL_PLAINTEXT"\n[sasl]\nmechanism = "PLAIN"\nusername = "u"\n'
+    )
+    assert read_command_config(str(toml_file)) == {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "u",
+    }
+    warnings: list[str] = []
+    assert client_settings({"linger.mss": "5"}, warn=warnings.append) == {}
+    assert warnings and "linger.mss" in warnings[0]
