@@ -18,7 +18,6 @@ from typing import Any, Literal
 from kafkakit.cluster import Cluster
 from kafkakit.errors import KafkaError, KafkaTimeoutError, UnsupportedVersionError, for_code, raise_for_code
 from kafkakit.net.connection import BrokerConnection
-from kafkakit.protocol.build import make_request
 from kafkakit.protocol.framing import ApiKey
 from kafkakit.structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
@@ -37,7 +36,6 @@ _GROUP_KEY_TYPE = 0
 _COORDINATOR_RETRY = {14, 15, 16}
 _RESOURCE_TYPES = {"topic": 2, "broker": 4}
 # IncrementalAlterConfigs is not in the client's shared version table; v0-1 share one layout.
-_INCREMENTAL_ALTER_CONFIGS_VERSIONS = (0, 1)
 
 #: ``set``, ``delete``, ``append`` or ``subtract`` (Kafka's AlterConfigOp.OpType).
 ConfigOperation = Literal["set", "delete", "append", "subtract"]
@@ -406,15 +404,13 @@ class GroupAdmin:
             conn = await self._cluster.connection(int(resource_name))
         else:
             conn = await self._cluster.any_connection()
-        broker_range = conn.broker_api_versions.get(ApiKey.INCREMENTAL_ALTER_CONFIGS)
-        low, high = _INCREMENTAL_ALTER_CONFIGS_VERSIONS
-        if broker_range is None or broker_range[0] > high or broker_range[1] < low:
+        if not conn.supports(ApiKey.INCREMENTAL_ALTER_CONFIGS):
             raise UnsupportedVersionError(
-                f"the broker does not support IncrementalAlterConfigs ({broker_range})"
+                "the broker does not support IncrementalAlterConfigs "
+                f"({conn.broker_api_versions.get(ApiKey.INCREMENTAL_ALTER_CONFIGS)})"
             )
-        request = make_request(
+        response = await conn.call(
             ApiKey.INCREMENTAL_ALTER_CONFIGS,
-            min(high, broker_range[1]),
             resources=[
                 {
                     "resource_type": _RESOURCE_TYPES[resource_type],
@@ -424,7 +420,6 @@ class GroupAdmin:
             ],
             validate_only=validate_only,
         )
-        response = await conn.send(request)
         for result in response.responses:
             raise_for_code(
                 int(result.error_code), result.error_message or f"altering configs of {resource_name!r}"

@@ -11,9 +11,9 @@ import threading
 import time
 from pathlib import Path
 
-from kafkakit.cli.config import client_settings, read_command_config, read_properties_text
+from kafkakit.cli.config import AUTO_CREATE_WAIT_S, client_settings, read_command_config, read_properties_text
 
-from tests.brokers import RunningBroker
+from tests.brokers import BrokerMinServer, RunningBroker
 from tests.cli_helpers import kafkakit, kafkakit_many, ok
 
 
@@ -95,7 +95,6 @@ def test_unknown_topic_is_a_kafka_error(broker: RunningBroker, topic: str) -> No
     runs = [
         ("topics", "describe", "--topic", topic),
         ("consume", "--topic", topic, "--from-beginning", "--max-messages", "1"),
-        ("produce", "--topic", topic),
         ("topics", "delete", "--topic", topic),
     ]
     for args, result in zip(
@@ -103,6 +102,29 @@ def test_unknown_topic_is_a_kafka_error(broker: RunningBroker, topic: str) -> No
     ):
         assert result.returncode == 1, (args, result.stderr)
         assert "UNKNOWN_TOPIC_OR_PARTITION" in result.stderr
+
+
+def test_produce_auto_creates_a_missing_topic(broker: RunningBroker, topic: str) -> None:
+    """Like kafka-console-producer: a broker that auto-creates topics gets the topic created."""
+    bs = broker.bootstrap_servers
+    ok(kafkakit("produce", "--bootstrap-server", bs, "--topic", topic, input="first\n"))
+    consumed = kafkakit(
+        "consume", "--bootstrap-server", bs, "--topic", topic, "--from-beginning", "--max-messages", "1"
+    )
+    assert ok(consumed).splitlines() == ["first"]
+
+
+def test_produce_fails_fast_when_the_broker_will_not_create_the_topic(tmp_path: Path) -> None:
+    with BrokerMinServer(tmp_path / "no-auto-create", auto_create_topics_enable=False) as strict:
+        started = time.monotonic()
+        for command in (("produce",), ("perf", "produce", "--num-records", "10", "--record-size", "10")):
+            result = kafkakit(
+                *command, "--bootstrap-server", strict.bootstrap_servers, "--topic", "missing", input="x\n"
+            )
+            assert result.returncode == 1, (command, result.stderr)
+            assert "UNKNOWN_TOPIC_OR_PARTITION" in result.stderr and "did not create it" in result.stderr
+        # two runs, each waiting at most AUTO_CREATE_WAIT_S: not max.block.ms (60 s)
+        assert time.monotonic() - started < 2 * AUTO_CREATE_WAIT_S + 20
 
 
 def test_produce_consume_round_trip(broker: RunningBroker, topic: str) -> None:

@@ -17,19 +17,14 @@ from tests.docs_runner import REPO, GuideError, nav_section, parse_page, run_pag
 DOCS = REPO / "docs"
 GUIDES = nav_section("Guides")
 
-#: Guide pages other engineers are writing for issue 12 at the same time: while one is
-#: missing it is not run (test_guides_in_nav_exist tolerates it); once it lands it runs
-#: like every other page. Remove an entry when its page is committed.
-PENDING = {"cli.md", "metrics.md"}
-
 
 def test_guides_in_nav_exist() -> None:
-    missing = [page for page in GUIDES if not (DOCS / page).is_file() and page not in PENDING]
+    missing = [page for page in GUIDES if not (DOCS / page).is_file()]
     assert not missing, f"mkdocs.yml lists guide pages that do not exist in docs/: {missing}"
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("page", [p for p in GUIDES if (DOCS / p).is_file() or p not in PENDING])
+@pytest.mark.parametrize("page", GUIDES)
 def test_guide_runs(page: str, tmp_path: Path) -> None:
     report = run_page(DOCS / page, tmp_path / "page")
     assert report.ran, f"{page} has no python or bash block that runs"

@@ -10,6 +10,7 @@ mapped here onto kafkakit's keyword arguments. librdkafka's names
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 import tomllib
@@ -303,6 +304,35 @@ def open_admin(args: argparse.Namespace) -> Any:
     from kafkakit.admin import Admin
 
     return Admin(**connection_settings(args))
+
+
+#: How long a producing command waits for the broker to auto-create a missing topic
+#: (Kafka creates one in well under a second; waiting max.block.ms would hide a typo).
+AUTO_CREATE_WAIT_S = 5.0
+
+
+async def ensure_topic_for_producing(args: argparse.Namespace, producer: Any) -> None:
+    """Fail fast on a topic that does not exist and that the broker will not auto-create.
+
+    Like kafka-console-producer, a missing topic is created when the broker allows it
+    (``auto.create.topics.enable``); unlike it, a broker that refuses answers within
+    seconds with UNKNOWN_TOPIC_OR_PARTITION instead of after ``max.block.ms``.
+    """
+    from kafkakit.errors import UnknownTopicOrPartitionError
+
+    async with open_admin(args) as admin:
+        try:
+            await admin.describe_topics([args.topic])
+            return
+        except UnknownTopicOrPartitionError:
+            pass
+    try:
+        await asyncio.wait_for(producer.partitions_for(args.topic), AUTO_CREATE_WAIT_S)
+    except (UnknownTopicOrPartitionError, TimeoutError):
+        raise UnknownTopicOrPartitionError(
+            f"topic {args.topic!r} does not exist and the broker did not create it "
+            "(auto.create.topics.enable=false?); create it with `kafkakit topics create`"
+        ) from None
 
 
 def add_output_flag(parser: argparse.ArgumentParser) -> None:

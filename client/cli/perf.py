@@ -17,7 +17,7 @@ import time
 from functools import partial
 from typing import Any
 
-from kafkakit.cli.config import UsageError, connection_settings, open_admin
+from kafkakit.cli.config import UsageError, connection_settings, ensure_topic_for_producing, open_admin
 from kafkakit.cli.output import emit_json, error
 from kafkakit.cli.produce import _ACKS, _PRODUCER_PROPERTIES, _producer_settings
 
@@ -72,8 +72,6 @@ async def perf_produce(args: argparse.Namespace) -> int:
     if args.num_records < 1 or args.record_size < 0:
         raise UsageError("--num-records must be positive and --record-size non-negative")
     settings = {**connection_settings(args), **_producer_settings(args)}
-    async with open_admin(args) as admin:
-        await admin.describe_topics([args.topic])
     rng = random.Random(0)
     payload = "".join(rng.choice(string.ascii_uppercase) for _ in range(args.record_size)).encode()
     latencies: list[float] = []
@@ -87,6 +85,7 @@ async def perf_produce(args: argparse.Namespace) -> int:
             latencies.append((time.perf_counter() - sent_at) * 1000)
 
     async with Producer(**settings) as producer:
+        await ensure_topic_for_producing(args, producer)
         started = time.perf_counter()
         for index in range(args.num_records):
             if args.throughput > 0:

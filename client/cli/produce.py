@@ -27,8 +27,8 @@ from kafkakit.cli.config import (
     bool_setting,
     check_known,
     connection_settings,
+    ensure_topic_for_producing,
     int_setting,
-    open_admin,
     parse_properties,
 )
 from kafkakit.cli.output import error, terminal
@@ -241,8 +241,6 @@ async def produce(args: argparse.Namespace) -> int:
     if args.json and args.property:
         raise UsageError("--property does not apply to --json input")
     settings = {**connection_settings(args), **_producer_settings(args)}
-    async with open_admin(args) as admin:
-        await admin.describe_topics([args.topic])  # an unknown topic fails here, not after max.block.ms
     try:
         stream: BinaryIO = open(args.file, "rb") if args.file else sys.stdin.buffer  # noqa: SIM115
     except OSError as exc:
@@ -260,6 +258,7 @@ async def produce(args: argparse.Namespace) -> int:
     progress = _Progress() if terminal(sys.stderr) else None
     try:
         async with Producer(**settings) as producer:
+            await ensure_topic_for_producing(args, producer)
             started = time.monotonic()
             number = 0
             async for line in read_lines(stream):

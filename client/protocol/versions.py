@@ -34,6 +34,7 @@ CLIENT_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.TXN_OFFSET_COMMIT: (0, 5),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
     # v0 handshakes send SASL tokens as bare frames (pre-KIP-152): kafkakit speaks only v1.
     ApiKey.SASL_HANDSHAKE: (1, 1),
