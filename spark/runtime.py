@@ -47,6 +47,20 @@ def event_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
+def on_worker_loop() -> bool:
+    """True inside a coroutine running on this process's worker loop (clients may be kept there)."""
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return running is _loop and _owner_pid == os.getpid()
+
+
+def submit(coro: Coroutine[Any, Any, T]) -> Future[T]:
+    """Start ``coro`` on the worker's loop without waiting (the caller does other work meanwhile)."""
+    return asyncio.run_coroutine_threadsafe(coro, event_loop())
+
+
 def run(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
     """Run ``coro`` on the worker's loop and wait for its result (re-raising its error)."""
     future: Future[T] = asyncio.run_coroutine_threadsafe(coro, event_loop())

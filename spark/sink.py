@@ -21,13 +21,14 @@ back to row writers otherwise.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain, islice
 from typing import TYPE_CHECKING, Any
 
 import pyspark.sql.datasource as _ds
@@ -480,14 +481,20 @@ def _write_exactly_once(
     config: SinkConfig, two_phase: TwoPhaseConfig, ids: TaskIds, chunks: Iterator[Chunk]
 ) -> PreparedWrite:
     txn = TaskTransaction(two_phase, ids)
+    # The transaction starts (control topic read, InitProducerId, marker) on the loop while
+    # this thread reads Spark's first rows: the task's start-up overlaps its input.
+    starting = runtime.submit(txn.start())
     try:
-        if not runtime.run(txn.start()):
+        first = next(chunks, None)
+        if not starting.result():
             for _ in chunks:  # consume Spark's input; the rows are already in decided transactions
                 pass
             return txn.skipped()
-        count = _produce(txn.producer, config, chunks, (ids.batch, ids.partition, ids.attempt))
+        rows = chunks if first is None else chain((first,), chunks)
+        count = _produce(txn.producer, config, rows, (ids.batch, ids.partition, ids.attempt))
         return runtime.run(txn.prepare(count))
     except BaseException:
+        concurrent.futures.wait([starting])  # abort only once start() has finished, whatever its outcome
         runtime.run(txn.abort())
         raise
 

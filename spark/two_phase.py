@@ -48,12 +48,12 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from kafkakit import Admin, Consumer, KafkaError, NewTopic, Producer, TopicPartition
+from kafkakit import Admin, Consumer, KafkaError, NewTopic, Producer
 from kafkakit.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
@@ -63,9 +63,12 @@ from kafkakit.errors import (
 )
 from kafkakit.net.security import SecurityConfig
 from kafkakit.producer import TransactionHandle, TransactionState, complete_transaction
+from kafkakit.spark import runtime
+from kafkakit.spark.control_channel import ChannelCache, ControlChannel
 from kafkakit.spark.security import SecurityOptions
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Errors EndTxn answers when the transaction it names no longer exists as prepared.
 _GONE = (ProducerFencedError, InvalidProducerEpochError, InvalidTxnStateError, UnknownProducerIdError)
@@ -260,7 +263,9 @@ def _act(step: str, action: str, arg: str) -> None:
 
 async def ensure_control_topic(config: TwoPhaseConfig) -> None:
     """Create the compacted control topic if missing; refuse one that is not compacted."""
-    admin = Admin(bootstrap_servers=config.bootstrap_servers, client_id=config.client_id, **config.client_security())
+    admin = Admin(
+        bootstrap_servers=config.bootstrap_servers, client_id=config.client_id, **config.client_security()
+    )
     await admin.start()
     try:
         try:
@@ -281,50 +286,74 @@ async def ensure_control_topic(config: TwoPhaseConfig) -> None:
         await admin.close()
 
 
-async def read_control(config: TwoPhaseConfig) -> ControlView:
-    """Read the whole control topic (read_uncommitted: markers of open transactions count)."""
-    tp = TopicPartition(config.control_topic, 0)
-    consumer = Consumer(
+def _control_consumer(config: TwoPhaseConfig) -> Consumer:
+    return Consumer(
         bootstrap_servers=config.bootstrap_servers,
         client_id=config.client_id,
-        isolation_level="read_uncommitted",
+        isolation_level="read_uncommitted",  # markers of open transactions count
         enable_auto_commit=False,
         auto_offset_reset="earliest",
-        fetch_max_wait_ms=100,
+        fetch_max_wait_ms=0,  # reads stop at an end just looked up: nothing to wait for
         allow_auto_create_topics=False,
         **config.client_security(),
     )
-    view = ControlView()
-    await consumer.start()
-    try:
-        consumer.assign([tp])
-        end = (await consumer.end_offsets([tp]))[tp]
-        await consumer.seek_to_beginning(tp)
-        while await consumer.position(tp) < end:
-            batches = await consumer.getmany(tp, timeout_ms=500)
-            for record in batches.get(tp, ()):
-                if record.key is not None:
-                    view.apply(
-                        bytes(record.key).decode(), None if record.value is None else bytes(record.value)
-                    )
-    finally:
-        await consumer.stop()
-    return view
 
 
-async def _write_control(config: TwoPhaseConfig, records: Sequence[tuple[bytes, bytes | None]]) -> None:
-    """Write records to the control topic with acks=all (idempotent), waiting for each."""
-    async with Producer(
+def _control_producer(config: TwoPhaseConfig) -> Producer:
+    return Producer(
         bootstrap_servers=config.bootstrap_servers,
         client_id=config.client_id,
         acks="all",
         request_timeout_ms=config.request_timeout_ms,
         **config.client_security(),
-    ) as producer:
-        futures = [
-            await producer.send(config.control_topic, value, key=key, partition=0) for key, value in records
-        ]
-        await asyncio.gather(*futures)
+    )
+
+
+def _new_channel(config: TwoPhaseConfig) -> ControlChannel:
+    return ControlChannel(
+        config.control_topic, lambda: _control_consumer(config), lambda: _control_producer(config)
+    )
+
+
+#: Channels kept on the worker's loop (kafkakit.spark.runtime): one per process, control topic
+#: and client settings, living as long as the Python worker (tasks and batches reuse them).
+_channels = ChannelCache()
+
+
+def _channel_key(config: TwoPhaseConfig) -> tuple[Any, ...]:
+    security = tuple(sorted(config.security.settings.items()))
+    return (os.getpid(), config.bootstrap_servers, config.control_topic, config.client_id, security)
+
+
+async def _with_channel(config: TwoPhaseConfig, use: Callable[[ControlChannel], Awaitable[T]]) -> T:
+    """Run ``use`` with the worker's kept channel, or with a one-off channel off the worker loop."""
+    if not runtime.on_worker_loop():
+        channel = _new_channel(config)
+        try:
+            return await use(channel)
+        finally:
+            await channel.close()
+    key = _channel_key(config)
+    channel = _channels.get(key, lambda: _new_channel(config))
+    try:
+        return await use(channel)
+    except BaseException:
+        await _channels.discard(key)  # the next call starts with fresh clients
+        raise
+
+
+async def read_control(config: TwoPhaseConfig) -> ControlView:
+    """The control topic's live records as a view (read_uncommitted: markers of open transactions count)."""
+    latest = await _with_channel(config, lambda channel: channel.snapshot())
+    view = ControlView()
+    for key, value in latest.items():
+        view.apply(key, value)
+    return view
+
+
+async def _write_control(config: TwoPhaseConfig, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+    """Write records to the control topic with acks=all (idempotent), waiting for each."""
+    await _with_channel(config, lambda channel: channel.write(records))
 
 
 # -- executor side ------------------------------------------------------------------------
