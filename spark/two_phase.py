@@ -365,6 +365,40 @@ def decided_batch(view: ControlView, scope: str) -> int | None:
     return None if state is None else int(state["batch"])
 
 
+#: Transactional producers a worker keeps after their task prepared, by transactional id, so the
+#: next task with that id (the same Spark partition in the next micro-batch, when it lands on
+#: this worker) skips connecting, metadata, FindCoordinator and InitProducerId. Only with
+#: transaction version 2 (KIP-890), where the bumped-epoch InitProducerId of
+#: forget_prepared_transaction ends whatever the id left, as init_transactions does.
+_kept_producers: dict[tuple[Any, ...], Producer] = {}
+#: Beyond this many, the least recently kept producer is stopped.
+MAX_KEPT_PRODUCERS = 16
+
+
+def _kept_key(config: TwoPhaseConfig, transactional_id: str) -> tuple[Any, ...]:
+    settings = tuple(sorted((k, repr(v)) for k, v in config.producer_settings.items()))
+    security = tuple(sorted(config.security.settings.items()))
+    return (
+        os.getpid(),
+        config.bootstrap_servers,
+        transactional_id,
+        config.client_id,
+        config.transaction_timeout_ms,
+        settings,
+        security,
+    )
+
+
+async def _keep_producer(key: tuple[Any, ...], producer: Producer) -> None:
+    previous = _kept_producers.pop(key, None)
+    _kept_producers[key] = producer
+    evicted = [previous] if previous is not None and previous is not producer else []
+    while len(_kept_producers) > MAX_KEPT_PRODUCERS:
+        evicted.append(_kept_producers.pop(next(iter(_kept_producers))))
+    for old in evicted:
+        await old.stop()
+
+
 class TaskTransaction:
     """One task's side of the protocol, driven step by step from Spark's synchronous ``write()``.
 
@@ -398,17 +432,20 @@ class TaskTransaction:
             log.info("batch %s of %s already decided: skipping task %s", task.batch, task.scope, task)
             return False
         failpoint("write.before_init", task.batch, task.partition, task.attempt)
-        producer = Producer(
-            bootstrap_servers=config.bootstrap_servers,
-            client_id=config.client_id,
-            transactional_id=self.transactional_id,
-            transaction_timeout_ms=config.transaction_timeout_ms,
-            **config.producer_settings,
-            **config.client_security(),
-        )
-        await producer.start()
+        producer = await self._kept_producer()
+        if producer is None:
+            producer = Producer(
+                bootstrap_servers=config.bootstrap_servers,
+                client_id=config.client_id,
+                transactional_id=self.transactional_id,
+                transaction_timeout_ms=config.transaction_timeout_ms,
+                **config.producer_settings,
+                **config.client_security(),
+            )
+            await producer.start()
+            self._producer = producer
+            await producer.init_transactions()  # aborts whatever this id left open
         self._producer = producer
-        await producer.init_transactions()  # aborts whatever this id left open
         self._started_ms = _now_ms()
         producer.begin_transaction()
         marker = {
@@ -425,11 +462,33 @@ class TaskTransaction:
         )
         return True
 
+    async def _kept_producer(self) -> Producer | None:
+        """This id's producer kept by an earlier task of this worker, ready for a new transaction."""
+        if not runtime.on_worker_loop():
+            return None
+        producer = _kept_producers.pop(_kept_key(self.config, self.transactional_id), None)
+        if producer is None:
+            return None
+        try:
+            # Its last transaction was prepared; the driver committed it, or (a batch that
+            # was never decided) it is still open. Either way the InitProducerId that
+            # forget_prepared_transaction sends with the bumped epoch ends it as a fresh
+            # producer's init_transactions would: committed stays committed, open is aborted.
+            producer.forget_prepared_transaction()
+        except KafkaError as exc:
+            log.info("not reusing the kept producer of %s: %s", self.transactional_id, exc)
+            await producer.stop()
+            return None
+        return producer
+
     async def prepare(self, count: int) -> PreparedWrite:
         producer = self.producer
         handle = await producer.prepare_transaction()
-        await producer.stop()
         self._producer = None
+        if runtime.on_worker_loop() and (handle.transaction_version or 0) >= 2:  # KIP-890
+            await _keep_producer(_kept_key(self.config, self.transactional_id), producer)
+        else:
+            await producer.stop()
         failpoint("write.after_prepare", self.task.batch, self.task.partition, self.task.attempt)
         return PreparedWrite(
             self.task,

@@ -248,3 +248,49 @@ async def test_an_existing_control_topic_must_be_compacted(broker_min: RunningBr
     async with Admin(bootstrap_servers=broker_min.bootstrap_servers) as admin:
         configs = await admin.describe_configs(name + "-new")
     assert configs["cleanup.policy"] == "compact"
+
+
+# -- on a Spark worker's loop: transactional producers kept between tasks ---------------------
+
+
+def _on_worker_loop(coro: object) -> object:
+    from kafkakit.spark import runtime
+
+    return runtime.run(coro, timeout=120)  # type: ignore[arg-type]
+
+
+def _kept(config: TwoPhaseConfig, task: TaskIds) -> object:
+    from kafkakit.spark import two_phase
+
+    return two_phase._kept_producers.get(
+        two_phase._kept_key(config, config.transactional_id(task.partition, task.attempt))
+    )
+
+
+def test_next_batch_reuses_the_kept_producer_and_commits_exactly_once(broker: RunningBroker) -> None:
+    config, out = asyncio.run(_setup(broker.bootstrap_servers))
+    first = TaskIds("q", 0, 0, 0)
+    writes = [_on_worker_loop(_task(config, out, first, _rows(0, 0)))]
+    kept = _kept(config, first)
+    if writes[0].transaction_version is None or writes[0].transaction_version < 2:  # type: ignore[attr-defined]
+        assert kept is None  # transaction version 1: never kept, every task starts a new producer
+    else:
+        assert kept is not None
+    _on_worker_loop(commit_batch(config, "q", 0, writes))  # type: ignore[arg-type]
+    second = TaskIds("q", 1, 0, 0)
+    writes = [_on_worker_loop(_task(config, out, second, _rows(1, 0)))]
+    if kept is not None:
+        assert _kept(config, second) is kept  # the same producer ran batch 1
+    _on_worker_loop(commit_batch(config, "q", 1, writes))  # type: ignore[arg-type]
+    values, closed = asyncio.run(_committed(broker.bootstrap_servers, out))
+    assert values == sorted(_rows(0, 0) + _rows(1, 0)) and closed
+
+
+def test_a_kept_producer_aborts_its_undecided_transaction_before_the_next(broker: RunningBroker) -> None:
+    """Batch 0 prepared but never decided (the driver died); the rerun's task reuses the id."""
+    config, out = asyncio.run(_setup(broker.bootstrap_servers))
+    _on_worker_loop(_task(config, out, TaskIds("q", 0, 0, 0), _rows(0, 0)))  # prepared, never committed
+    rerun = [_on_worker_loop(_task(config, out, TaskIds("q", 0, 0, 0), _rows(9, 0)))]
+    _on_worker_loop(commit_batch(config, "q", 0, rerun))  # type: ignore[arg-type]
+    values, closed = asyncio.run(_committed(broker.bootstrap_servers, out))
+    assert values == sorted(_rows(9, 0)) and closed  # the first attempt's rows never show
