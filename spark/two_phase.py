@@ -370,7 +370,7 @@ def decided_batch(view: ControlView, scope: str) -> int | None:
 #: this worker) skips connecting, metadata, FindCoordinator and InitProducerId. Only with
 #: transaction version 2 (KIP-890), where the bumped-epoch InitProducerId of
 #: forget_prepared_transaction ends whatever the id left, as init_transactions does.
-_kept_producers: dict[tuple[Any, ...], Producer] = {}
+_kept_producers: dict[tuple[Any, ...], tuple[Producer, TransactionHandle]] = {}
 #: Beyond this many, the least recently kept producer is stopped.
 MAX_KEPT_PRODUCERS = 16
 
@@ -389,14 +389,35 @@ def _kept_key(config: TwoPhaseConfig, transactional_id: str) -> tuple[Any, ...]:
     )
 
 
-async def _keep_producer(key: tuple[Any, ...], producer: Producer) -> None:
+async def _keep_producer(key: tuple[Any, ...], producer: Producer, handle: TransactionHandle) -> None:
     previous = _kept_producers.pop(key, None)
-    _kept_producers[key] = producer
-    evicted = [previous] if previous is not None and previous is not producer else []
+    _kept_producers[key] = (producer, handle)
+    evicted = [previous[0]] if previous is not None and previous[0] is not producer else []
     while len(_kept_producers) > MAX_KEPT_PRODUCERS:
-        evicted.append(_kept_producers.pop(next(iter(_kept_producers))))
+        evicted.append(_kept_producers.pop(next(iter(_kept_producers)))[0])
     for old in evicted:
         await old.stop()
+
+
+def _last_committed_by(state: Mapping[str, Any] | None, handle: TransactionHandle) -> bool:
+    """Whether the scope's finished batch committed exactly ``handle``'s transaction.
+
+    Then no producer used its transactional id since (the next user is the next batch's
+    task), and the producer that prepared it holds the id's current epoch. Anything
+    else (another worker ran the id since, the batch was never decided) means a
+    kept producer would be fenced: a fresh one is started instead.
+    """
+    if state is None or state.get("state") != DONE:
+        return False
+    for text in state.get("handles", ()):
+        other = TransactionHandle.from_json(text)
+        if (other.transactional_id, other.producer_id, other.producer_epoch) == (
+            handle.transactional_id,
+            handle.producer_id,
+            handle.producer_epoch,
+        ):
+            return True
+    return False
 
 
 class TaskTransaction:
@@ -432,7 +453,7 @@ class TaskTransaction:
             log.info("batch %s of %s already decided: skipping task %s", task.batch, task.scope, task)
             return False
         failpoint("write.before_init", task.batch, task.partition, task.attempt)
-        producer = await self._kept_producer()
+        producer = await self._kept_producer(view.state(task.scope))
         if producer is None:
             producer = Producer(
                 bootstrap_servers=config.bootstrap_servers,
@@ -462,18 +483,20 @@ class TaskTransaction:
         )
         return True
 
-    async def _kept_producer(self) -> Producer | None:
+    async def _kept_producer(self, state: Mapping[str, Any] | None) -> Producer | None:
         """This id's producer kept by an earlier task of this worker, ready for a new transaction."""
         if not runtime.on_worker_loop():
             return None
-        producer = _kept_producers.pop(_kept_key(self.config, self.transactional_id), None)
-        if producer is None:
+        kept = _kept_producers.pop(_kept_key(self.config, self.transactional_id), None)
+        if kept is None:
+            return None
+        producer, handle = kept
+        if not _last_committed_by(state, handle):
+            await producer.stop()
             return None
         try:
-            # Its last transaction was prepared; the driver committed it, or (a batch that
-            # was never decided) it is still open. Either way the InitProducerId that
-            # forget_prepared_transaction sends with the bumped epoch ends it as a fresh
-            # producer's init_transactions would: committed stays committed, open is aborted.
+            # The driver committed its prepared transaction (EndTxn bumped the epoch): the
+            # InitProducerId that forget_prepared_transaction sends reads the bumped epoch.
             producer.forget_prepared_transaction()
         except KafkaError as exc:
             log.info("not reusing the kept producer of %s: %s", self.transactional_id, exc)
@@ -486,7 +509,7 @@ class TaskTransaction:
         handle = await producer.prepare_transaction()
         self._producer = None
         if runtime.on_worker_loop() and (handle.transaction_version or 0) >= 2:  # KIP-890
-            await _keep_producer(_kept_key(self.config, self.transactional_id), producer)
+            await _keep_producer(_kept_key(self.config, self.transactional_id), producer, handle)
         else:
             await producer.stop()
         failpoint("write.after_prepare", self.task.batch, self.task.partition, self.task.attempt)
@@ -585,7 +608,9 @@ async def _finish(config: TwoPhaseConfig, view: ControlView, scope: str, decisio
     committed = {h.transactional_id for h in handles}
     markers = view.live_markers(scope)
     await _abort_orphans(config, [m for m in markers if m.transactional_id not in committed])
-    done = {"state": DONE, "batch": batch, "at": _now_ms()}
+    # The handles stay in DONE: a worker that kept a producer checks its transaction was the one
+    # committed last for its id before reusing it (TaskTransaction._kept_producer).
+    done = {"state": DONE, "batch": batch, "handles": list(decision["handles"]), "at": _now_ms()}
     await _write_control(
         config,
         [*((m.key.encode(), None) for m in markers), (state_key(scope), json.dumps(done).encode())],

@@ -262,9 +262,10 @@ def _on_worker_loop(coro: object) -> object:
 def _kept(config: TwoPhaseConfig, task: TaskIds) -> object:
     from kafkakit.spark import two_phase
 
-    return two_phase._kept_producers.get(
+    kept = two_phase._kept_producers.get(
         two_phase._kept_key(config, config.transactional_id(task.partition, task.attempt))
     )
+    return None if kept is None else kept[0]  # (producer, handle of its prepared transaction)
 
 
 def test_next_batch_reuses_the_kept_producer_and_commits_exactly_once(broker: RunningBroker) -> None:
@@ -294,3 +295,20 @@ def test_a_kept_producer_aborts_its_undecided_transaction_before_the_next(broker
     _on_worker_loop(commit_batch(config, "q", 0, rerun))  # type: ignore[arg-type]
     values, closed = asyncio.run(_committed(broker.bootstrap_servers, out))
     assert values == sorted(_rows(9, 0)) and closed  # the first attempt's rows never show
+
+
+def test_a_kept_producer_is_not_reused_after_another_worker_ran_its_id(broker: RunningBroker) -> None:
+    """Batch 0 on this worker, batch 1 of the same partition on another, batch 2 here again."""
+    config, out = asyncio.run(_setup(broker.bootstrap_servers))
+    task = TaskIds("q", 0, 0, 0)
+    writes = [_on_worker_loop(_task(config, out, task, _rows(0, 0)))]
+    _on_worker_loop(commit_batch(config, "q", 0, writes))  # type: ignore[arg-type]
+    kept = _kept(config, task)
+    elsewhere = [asyncio.run(_task(config, out, TaskIds("q", 1, 0, 0), _rows(1, 0)))]  # a fresh producer
+    asyncio.run(commit_batch(config, "q", 1, elsewhere))
+    writes = [_on_worker_loop(_task(config, out, TaskIds("q", 2, 0, 0), _rows(2, 0)))]
+    now_kept = _kept(config, task)
+    assert kept is None or now_kept is not kept  # the stale one (its epoch fenced) was stopped, not reused
+    _on_worker_loop(commit_batch(config, "q", 2, writes))  # type: ignore[arg-type]
+    values, closed = asyncio.run(_committed(broker.bootstrap_servers, out))
+    assert values == sorted(_rows(0, 0) + _rows(1, 0) + _rows(2, 0)) and closed
