@@ -49,6 +49,12 @@ class BrokerConfig:
     log_flush_messages: int = _LONG_MAX
     log_flush_ms: int = _LONG_MAX
     log_retention_check_interval_ms: int = 300_000
+    # The log cleaner (compaction), Kafka's defaults; io.max.bytes.per.second is a double in
+    # Kafka (Double.MAX_VALUE): an integer here, Long.MAX_VALUE = unlimited.
+    log_cleaner_enable: bool = True
+    log_cleaner_backoff_ms: int = 15_000
+    log_cleaner_io_max_bytes_per_second: int = _LONG_MAX
+    log_cleaner_dedupe_buffer_size: int = 128 * MiB
     # Kafka's default is 3000; a small delay lets a new group's first join finish fast.
     group_initial_rebalance_delay_ms: int = 100
     group_min_session_timeout_ms: int = 6000
@@ -117,6 +123,9 @@ class BrokerConfig:
         _check_range("log_flush_messages", self.log_flush_messages, 1)
         _check_range("log_flush_ms", self.log_flush_ms, 0)
         _check_range("log_retention_check_interval_ms", self.log_retention_check_interval_ms, 1)
+        _check_range("log_cleaner_backoff_ms", self.log_cleaner_backoff_ms, 0)
+        _check_range("log_cleaner_io_max_bytes_per_second", self.log_cleaner_io_max_bytes_per_second, 1)
+        _check_range("log_cleaner_dedupe_buffer_size", self.log_cleaner_dedupe_buffer_size, 24)
         _check_range("group_initial_rebalance_delay_ms", self.group_initial_rebalance_delay_ms, 0)
         _check_range("group_min_session_timeout_ms", self.group_min_session_timeout_ms, 0, 2**31 - 1)
         _check_range(

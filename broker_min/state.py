@@ -35,6 +35,7 @@ from kafkakit.broker.coordinators.transactions import (
 )
 from kafkakit.broker.fetch_sessions import FetchSessionCache
 from kafkakit.broker.log import LogConfig, LogError, LogManager, PartitionLog
+from kafkakit.broker.log.cleaner_task import CleanerConfig, LogCleaner
 from kafkakit.broker.producer_state import ProducerIdAllocator, ProducerStateRegistry
 from kafkakit.broker.security.authorizer import Authorizer
 from kafkakit.broker.security.credentials import ScramCredentialStore
@@ -168,6 +169,15 @@ class BrokerState:
         self.default_log_config = broker_log_config(config)
         self.topics = TopicRegistry(data_dir / TOPICS_DIR)
         self.logs = LogManager(data_dir, self.default_log_config)
+        self.cleaner = LogCleaner(
+            self.logs,
+            CleanerConfig(
+                enable=config.log_cleaner_enable,
+                backoff_ms=config.log_cleaner_backoff_ms,
+                io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
+                dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
+            ),
+        )
         self.producer_ids = ProducerIdAllocator(data_dir)
         self.producer_states = ProducerStateRegistry()
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
@@ -352,6 +362,8 @@ class BrokerState:
         """Start retention enforcement and the time-based flush policy."""
         self._background.append(asyncio.create_task(self._retention_loop(), name="kafkakit-retention"))
         self._background.append(asyncio.create_task(self._flush_loop(), name="kafkakit-flush"))
+        if self.cleaner.config.enable:
+            self._background.append(asyncio.create_task(self.cleaner.run(), name="kafkakit-log-cleaner"))
         self._background.append(
             asyncio.create_task(self._transaction_timeout_loop(), name="kafkakit-txn-timeouts")
         )
@@ -359,6 +371,7 @@ class BrokerState:
     async def stop_background_tasks(self) -> None:
         """Cancel the maintenance tasks and wait for them."""
         self.groups.shutdown()
+        await self.cleaner.stop()
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)

@@ -405,6 +405,8 @@ class KafkaServer:
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
+            # The log cleaner looks for work every 15 s by default: too slow for compaction tests.
+            "log.cleaner.backoff.ms": "500",
             "num.network.threads": "2",
             "num.io.threads": "2",
             "num.recovery.threads.per.data.dir": "1",

@@ -5,9 +5,10 @@ Committed offsets and group metadata are appended as ordinary record batches
 formats (:mod:`.group_records`), to the partition Kafka's partitioning rule picks
 for the group.  On start-up :meth:`OffsetsTopic.replay` reads every partition
 from the start and yields the records in order; the coordinator keeps the last
-value per key, which is what compaction would leave.  The log does not compact
-(yet): the topic grows with every commit, and retention is switched off for it
-so that no committed offset is ever deleted.
+value per key, which is also what the log cleaner leaves (the topic is
+compacted, see kafkakit.broker.log.cleaner): old commits and aborted
+transactional commits are removed once their segment is closed, and retention
+is switched off so that no committed offset is ever deleted.
 
 Transactional offset commits (TxnOffsetCommit) are appended as Kafka's group
 coordinator writes them: the same key/value records in a *transactional*
@@ -36,7 +37,7 @@ from .group_records import partition_for_group
 
 OFFSETS_TOPIC = "__consumer_offsets"
 # Kafka's settings for the topic: compacted, 100 MiB segments.  Retention is off
-# explicitly because broker_min's log applies time retention whatever cleanup.policy says.
+# explicitly (a compact-only log ignores it anyway, as in Kafka).
 OFFSETS_TOPIC_CONFIGS = {
     "cleanup.policy": "compact",
     "segment.bytes": str(100 * 1024 * 1024),

@@ -32,7 +32,14 @@ from typing import TYPE_CHECKING, Any
 from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.coordinators.transactions import ImplicitAdd
 from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, CloseConnection, RawResponse, make, nested
-from kafkakit.broker.log import AppendResult, BatchHeader, LogError, PartitionLog, read_batch_header
+from kafkakit.broker.log import (
+    AppendResult,
+    BatchHeader,
+    LogError,
+    PartitionLog,
+    check_record_set_keys,
+    read_batch_header,
+)
 from kafkakit.broker.producer_state import ProducerStateError
 from kafkakit.protocol import RequestHeaderInfo, decode_request, response_class
 from kafkakit.records.header import HEADER_SIZE, LOG_OVERHEAD
@@ -108,6 +115,11 @@ def _append(
         return {"error_code": ErrorCode.unknown_topic_or_partition}
     if not records:
         return {"error_code": ErrorCode.corrupt_message, "error_message": "empty record set"}
+    if log.config.compact:
+        try:
+            check_record_set_keys(records, topic, partition)
+        except LogError as exc:  # Kafka's LogValidator: a compacted topic needs keys
+            return {"error_code": ErrorCode(exc.code), "error_message": str(exc)}
     # Byte 43 starts the first batch's producer id: a set bit 7 means -1, a
     # non-idempotent batch, which skips producer state entirely.
     if len(records) > _PRODUCER_ID_AT and records[_PRODUCER_ID_AT] < 0x80:

@@ -4,7 +4,8 @@
 (``00000000000000000000.log`` with ``.index`` and ``.timeindex``) containing
 record batches in the wire format exactly as produced, so Fetch is served
 straight from the files with ``sendfile``.  See :mod:`.partition` for the
-append/read/recovery rules and :mod:`.segment` for the file formats.
+append/read/recovery rules, :mod:`.segment` for the file formats and
+:mod:`.cleaner` / :mod:`.cleaner_task` for log compaction.
 """
 
 from .batch import BatchHeader, read_batch_header
@@ -18,6 +19,7 @@ from .errors import (
 )
 from .manager import LogManager
 from .partition import AppendedBatch, AppendResult, PartitionLog, is_valid_topic_name, parse_partition_dir
+from .records import check_record_set_keys
 from .segment import FileSlice, LogSegment, raise_descriptor_limit
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "LogStorageError",
     "OffsetOutOfRange",
     "PartitionLog",
+    "check_record_set_keys",
     "is_valid_topic_name",
     "parse_partition_dir",
     "raise_descriptor_limit",

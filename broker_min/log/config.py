@@ -26,8 +26,14 @@ _FIELD_BY_KEY = {
     "max.message.bytes": "max_message_bytes",
     "message.timestamp.type": "message_timestamp_type",
     "cleanup.policy": "cleanup_policy",
+    "delete.retention.ms": "delete_retention_ms",
+    "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
+    "min.compaction.lag.ms": "min_compaction_lag_ms",
+    "max.compaction.lag.ms": "max_compaction_lag_ms",
 }
 _STRING_FIELDS = {"message_timestamp_type", "cleanup_policy"}
+_FLOAT_FIELDS = {"min_cleanable_dirty_ratio"}
+_DAY_MS = 24 * 3600 * 1000
 
 
 @dataclass
@@ -51,6 +57,10 @@ class LogConfig:
     max_message_bytes: int = 1048588
     message_timestamp_type: str = "CreateTime"
     cleanup_policy: str = "delete"
+    delete_retention_ms: int = _DAY_MS
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -79,6 +89,29 @@ class LogConfig:
             raise KafkaConfigError(
                 "cleanup.policy", f"must be delete, compact or both, got {self.cleanup_policy!r}"
             )
+        _check_range("delete.retention.ms", self.delete_retention_ms, 0, LONG_MAX)
+        _check_range("min.compaction.lag.ms", self.min_compaction_lag_ms, 0, LONG_MAX)
+        _check_range("max.compaction.lag.ms", self.max_compaction_lag_ms, 1, LONG_MAX)
+        ratio = self.min_cleanable_dirty_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 <= ratio <= 1:
+            raise KafkaConfigError("min.cleanable.dirty.ratio", f"must be between 0 and 1, got {ratio!r}")
+        self.min_cleanable_dirty_ratio = float(ratio)
+
+    @property
+    def compact(self) -> bool:
+        """cleanup.policy includes "compact": the log cleaner keeps the latest record per key."""
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        """cleanup.policy includes "delete": retention.ms / retention.bytes delete old segments."""
+        return "delete" in self.cleanup_policy
+
+    @property
+    def roll_ms(self) -> int:
+        """Segment age that forces a roll: a compacted log also rolls by max.compaction.lag.ms
+        (Kafka's maxSegmentMs), so that no record stays in the uncleanable active segment longer."""
+        return min(self.segment_ms, self.max_compaction_lag_ms) if self.compact else self.segment_ms
 
     @property
     def log_append_time(self) -> bool:
@@ -100,6 +133,8 @@ class LogConfig:
                 extra[key] = raw
             elif name in _STRING_FIELDS:
                 values[name] = raw
+            elif name in _FLOAT_FIELDS:
+                values[name] = _parse_double(key, raw)
             else:
                 values[name] = _parse_long(key, raw)
         return dataclasses.replace(base, extra=extra, **values)
@@ -119,6 +154,13 @@ def _parse_long(key: str, raw: str) -> int:
         return int(str(raw).strip())
     except ValueError:
         raise KafkaConfigError(key, f"expected an integer, got {raw!r}") from None
+
+
+def _parse_double(key: str, raw: str) -> float:
+    try:
+        return float(str(raw).strip())
+    except ValueError:
+        raise KafkaConfigError(key, f"expected a number, got {raw!r}") from None
 
 
 def _check_range(key: str, value: object, low: int, high: int) -> None:

@@ -41,6 +41,7 @@ from .checkpoint import (
 from .config import LogConfig
 from .errors import InvalidPartitionDirectoryError, LogError, OffsetOutOfRange
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, BytesLike, FileSlice, LogSegment
+from .swap import SWAP_SUFFIX, fsync_dir, recover_swaps, swap_failpoint
 
 logger = logging.getLogger(__name__)
 
@@ -140,8 +141,13 @@ class PartitionLog:
         directory.mkdir(parents=True, exist_ok=True)
         marker = directory / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
+        swapped = recover_swaps(directory)
+        if swapped:
+            clean = False  # re-verify the swapped-in segments and rebuild their indexes
         _remove_strays(directory)
         recovery_point = read_offset_checkpoint(directory / RECOVERY_POINT_FILE, topic, partition) or 0
+        if swapped:
+            recovery_point = min([recovery_point, *swapped])
         stored_start = read_offset_checkpoint(directory / LOG_START_OFFSET_FILE, topic, partition)
         segments = _load_segments(directory, config, now, clean=clean, recovery_point=recovery_point)
         if segments:
@@ -337,6 +343,8 @@ class PartitionLog:
         first and never the active one (Kafka's rules).  Returns how many were deleted."""
         self._check_open()
         retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
+        if not self.config.delete:  # cleanup.policy=compact: only the log start offset deletes
+            retention_ms = retention_bytes = -1
         remaining = self.size_in_bytes
         count = 0
         while count < len(self._segments) - 1:
@@ -364,6 +372,37 @@ class PartitionLog:
         while count < len(self._segments) - 1 and self._segments[count + 1].base_offset <= offset:
             count += 1
         self._delete_oldest(count)
+
+    def replace_segments(self, old: list[LogSegment], new: LogSegment) -> bool:
+        """Swap the sealed segments ``old`` (consecutive, still in the log) for their cleaned copy
+        ``new`` (files named ``<base>.*.cleaned``, sealed); see :mod:`.swap` for the crash safety.
+
+        Returns False, changing nothing, if ``old`` is no longer a run of this log's
+        non-active segments (retention or DeleteRecords removed one meanwhile).
+        """
+        self._check_open()
+        try:
+            first = next(i for i, s in enumerate(self._segments) if s is old[0])
+        except StopIteration:
+            return False
+        end = first + len(old)
+        if end >= len(self._segments) or any(
+            a is not b for a, b in zip(self._segments[first:end], old, strict=True)
+        ):
+            return False
+        directory = self.directory
+        new.change_suffix(SWAP_SUFFIX)
+        fsync_dir(directory)
+        swap_failpoint("after_swap_rename")
+        for segment in old:
+            segment.delete()
+        swap_failpoint("after_delete_old")
+        new.change_suffix("")
+        fsync_dir(directory)
+        self._segments[first:end] = [new]
+        self._bases[first:end] = [new.base_offset]
+        self._sealed_unflushed = [s for s in self._sealed_unflushed if s not in old]
+        return True
 
     def _delete_oldest(self, count: int) -> None:
         if count <= 0:

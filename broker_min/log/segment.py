@@ -99,11 +99,14 @@ class FileSlice:
 class LogSegment:
     """A segment's data file, its offset/time indexes and what the partition needs to know of it."""
 
-    def __init__(self, directory: Path, base_offset: int, config: LogConfig, now_ms: int) -> None:
+    def __init__(
+        self, directory: Path, base_offset: int, config: LogConfig, now_ms: int, suffix: str = ""
+    ) -> None:
         self.base_offset = base_offset
-        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
-        self.index_path = directory / segment_file_name(base_offset, INDEX_SUFFIX)
-        self.time_index_path = directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX)
+        self.suffix = suffix  # "" for a live segment; ".cleaned"/".swap" while the cleaner builds one
+        self.log_path = directory / (segment_file_name(base_offset, LOG_SUFFIX) + suffix)
+        self.index_path = directory / (segment_file_name(base_offset, INDEX_SUFFIX) + suffix)
+        self.time_index_path = directory / (segment_file_name(base_offset, TIME_INDEX_SUFFIX) + suffix)
         self.offset_index = OffsetIndex(
             self.index_path, base_offset, config.segment_index_bytes // OFFSET_ENTRY.size
         )
@@ -125,9 +128,11 @@ class LogSegment:
     # ---- opening -----------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int, config: LogConfig, now_ms: int) -> LogSegment:
+    def create(
+        cls, directory: Path, base_offset: int, config: LogConfig, now_ms: int, suffix: str = ""
+    ) -> LogSegment:
         """A new empty, writable segment (any leftover files of that name are emptied)."""
-        segment = cls(directory, base_offset, config, now_ms)
+        segment = cls(directory, base_offset, config, now_ms, suffix)
         segment.offset_index.reset()
         segment.time_index.reset()
         segment._writer = os.open(
@@ -312,7 +317,7 @@ class LogSegment:
             waited = incoming_max_timestamp - self.rolling_timestamp
         else:
             waited = now_ms - self.created_ms
-        return waited > config.segment_ms
+        return waited > config.roll_ms
 
     def seal(self) -> None:
         """Stop being the active segment: record the final max timestamp and write the indexes."""
@@ -333,6 +338,28 @@ class LogSegment:
             os.fsync(self._writer)
         else:
             os.fsync(self.reader().fileno())
+
+    def change_suffix(self, suffix: str) -> None:
+        """Rename the three files to ``<name><suffix>`` (the cleaner's .cleaned -> .swap -> live).
+
+        The indexes are renamed first and the ``.log`` last: the log file's name is
+        what recovery trusts, an index can always be rebuilt from it.
+        """
+        assert self._writer is None, "rename of the active segment"
+        directory = self.log_path.parent
+        names = (
+            segment_file_name(self.base_offset, INDEX_SUFFIX),
+            segment_file_name(self.base_offset, TIME_INDEX_SUFFIX),
+            segment_file_name(self.base_offset, LOG_SUFFIX),
+        )
+        old_paths = (self.index_path, self.time_index_path, self.log_path)
+        new_paths = tuple(directory / (name + suffix) for name in names)
+        for old, new in zip(old_paths, new_paths, strict=True):
+            if old.exists():
+                os.replace(old, new)
+        self.index_path, self.time_index_path, self.log_path = new_paths
+        self.offset_index.path, self.time_index.path = self.index_path, self.time_index_path
+        self.suffix = suffix
 
     # ---- reading -----------------------------------------------------------------------------
 
