@@ -297,3 +297,26 @@ def test_cleaner_configs_use_kafka_names_and_defaults() -> None:
         {"min.cleanable.dirty.ratio": "0.25", "cleanup.policy": "compact,delete"}
     )
     assert custom.min_cleanable_dirty_ratio == 0.25 and custom.compact and custom.delete
+
+
+def test_large_keys_values_and_timestamps_survive_the_rewrite(tmp_path: Path) -> None:
+    _, log, cleaner = _log(tmp_path, **{"segment.bytes": "30000", "delete.retention.ms": "5"})
+    big_key = b"K" * 300
+    records = [
+        (big_key, b"x" * 20000, NOW - 5_000_000, ()),
+        (b"small", b"y", NOW + 7, (("h", b"header-value"),)),
+        (big_key, None, NOW - 1, ()),  # a tombstone: the batch is rebuilt with a delete horizon
+        (b"other", b"z" * 70, NOW, ()),
+    ]
+    log.append(encode_batch(records))  # type: ignore[arg-type]
+    for i in range(30):
+        _put(log, f"f{i % 2}", "w" * 5000)
+    cleaner.clean_log_now(log, now_ms=NOW)
+    kept = []
+    for header, data in log.iter_batches():
+        for record in decode_batch(data.read_bytes(), 0, header, "t", 0):
+            if record.offset < 4:
+                kept.append((record.offset, record.key, record.value, record.timestamp, list(record.headers)))
+    assert [k[:3] for k in kept] == [(1, b"small", b"y"), (2, big_key, None), (3, b"other", b"z" * 70)]
+    assert [k[3] for k in kept] == [NOW + 7, NOW - 1, NOW]  # timestamps unchanged by the new base
+    assert kept[0][4] == [("h", b"header-value")]

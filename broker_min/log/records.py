@@ -39,6 +39,7 @@ from .errors import INVALID_RECORD, InvalidBatchError
 #: Attribute bit 6: the base timestamp holds the batch's delete horizon (KIP-534).
 DELETE_HORIZON_BIT = 0x40
 _U32 = struct.Struct(">I")
+_tuple_new = tuple.__new__
 
 
 class StoredRecord(NamedTuple):
@@ -65,29 +66,68 @@ def records_payload(batch: bytes | memoryview, header: BatchHeader) -> bytes:
 
 
 def parse_records(payload: bytes, count: int) -> list[StoredRecord]:
-    """Every record of a records section; raises CorruptRecordError if it is malformed."""
+    """Every record of a records section; raises CorruptRecordError if it is malformed.
+
+    The cleaner's hot loop: varints are decoded inline (one byte is the common case).
+    """
     out: list[StoredRecord] = []
+    append = out.append
+    new = _tuple_new
     p = 0
     try:
         for _ in range(count):
             start = p
-            raw, p = read_uvarint(payload, p)
-            end = p + _zz(raw)
-            raw, p = read_uvarint(payload, p + 1)  # skip the attributes byte
-            timestamp_delta = _zz(raw)
+            raw = payload[p]
+            if raw < 0x80:
+                p += 2  # and the attributes byte
+            elif payload[p + 1] < 0x80:
+                raw = (raw & 0x7F) | (payload[p + 1] << 7)
+                p += 3
+            else:
+                raw, p = read_uvarint(payload, p)
+                p += 1
+            end = p - 1 + ((raw >> 1) ^ -(raw & 1))
+            raw = payload[p]
+            if raw < 0x80:
+                p += 1
+            elif payload[p + 1] < 0x80:
+                raw = (raw & 0x7F) | (payload[p + 1] << 7)
+                p += 2
+            else:
+                raw, p = read_uvarint(payload, p)
+            timestamp_delta = (raw >> 1) ^ -(raw & 1)
             after_timestamp = p
-            raw, p = read_uvarint(payload, p)
-            offset_delta = _zz(raw)
-            raw, p = read_uvarint(payload, p)
-            key_len = _zz(raw)
-            key = None if key_len < 0 else payload[p : p + key_len]
-            p += max(key_len, 0)
-            raw, p = read_uvarint(payload, p)
-            has_value = _zz(raw) >= 0
+            raw = payload[p]
+            if raw < 0x80:
+                p += 1
+            elif payload[p + 1] < 0x80:
+                raw = (raw & 0x7F) | (payload[p + 1] << 7)
+                p += 2
+            else:
+                raw, p = read_uvarint(payload, p)
+            offset_delta = (raw >> 1) ^ -(raw & 1)
+            raw = payload[p]
+            if raw < 0x80:
+                p += 1
+            elif payload[p + 1] < 0x80:
+                raw = (raw & 0x7F) | (payload[p + 1] << 7)
+                p += 2
+            else:
+                raw, p = read_uvarint(payload, p)
+            key_len = (raw >> 1) ^ -(raw & 1)
+            if key_len < 0:
+                key = None
+            else:
+                key = payload[p : p + key_len]
+                p += key_len
+            raw = payload[p]
+            has_value = raw != 1  # zigzag(-1) == 1: a null value
             if end > len(payload) or p > end:
                 raise CorruptRecordError("record runs past the end of its batch")
-            out.append(
-                StoredRecord(offset_delta, timestamp_delta, key, has_value, start, after_timestamp, end)
+            append(
+                new(
+                    StoredRecord, (offset_delta, timestamp_delta, key, has_value, start, after_timestamp, end)
+                )
             )
             p = end
     except IndexError:
