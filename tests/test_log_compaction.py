@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -320,3 +321,48 @@ def test_large_keys_values_and_timestamps_survive_the_rewrite(tmp_path: Path) ->
     assert [k[:3] for k in kept] == [(1, b"small", b"y"), (2, big_key, None), (3, b"other", b"z" * 70)]
     assert [k[3] for k in kept] == [NOW + 7, NOW - 1, NOW]  # timestamps unchanged by the new base
     assert kept[0][4] == [("h", b"header-value")]
+
+
+def test_swap_skipped_when_retention_removed_a_segment_meanwhile(tmp_path: Path) -> None:
+    from kafkakit.broker.log.cleaner import LogSnapshot, clean_snapshot
+
+    _, log, cleaner = _log(tmp_path)
+    for i in range(120):
+        _put(log, f"k{i % 7}", f"v{i}")
+    result = clean_snapshot(LogSnapshot.of(log, None), NOW)  # the worker-thread part
+    assert result is not None
+    cleaned_files = [new.log_path for _, new in result.groups]
+    assert all(path.exists() for path in cleaned_files)
+    log.delete_records_before(log.segments[1].base_offset)  # the event loop deleted a segment meanwhile
+    before = _records(log)
+    assert cleaner.swap_in(result) is False
+    assert _records(log) == before  # nothing swapped
+    assert not any(path.exists() for path in cleaned_files)  # and the cleaned copies are gone
+    assert cleaner.checkpoint("t", 0) is None
+
+
+async def test_background_cleaner_keeps_the_event_loop_responsive(tmp_path: Path) -> None:
+    manager, log, _ = _log(tmp_path, **{"segment.bytes": "50000"})
+    for i in range(3000):
+        _put(log, f"k{i % 50}", "v" * 100)
+    cleaner = LogCleaner(manager, CleanerConfig(backoff_ms=20, io_max_bytes_per_second=2_000_000))
+    task = asyncio.create_task(cleaner.run())
+    loop = asyncio.get_running_loop()
+    worst_lag = 0.0
+    appended = 0
+    started = loop.time()
+    while cleaner.passes == 0 and loop.time() - started < 20:
+        before = loop.time()
+        await asyncio.sleep(0.005)
+        worst_lag = max(worst_lag, loop.time() - before - 0.005)
+        _put(log, f"k{appended % 50}", f"during-{appended}")  # appends go on during the pass
+        appended += 1
+        assert log.read(0, 1 << 16).length > 0  # and reads
+    await cleaner.stop()
+    await task
+    assert cleaner.passes >= 1 and appended > 20
+    assert worst_lag < 0.25, f"event loop blocked for {worst_lag:.3f}s"
+    latest = {k: v for _, k, v in _records(log)}
+    assert latest[f"k{(appended - 1) % 50}".encode()] == f"during-{appended - 1}".encode()
+    offsets = [o for o, _, _ in _records(log)]
+    assert offsets == sorted(set(offsets))

@@ -147,7 +147,7 @@ class LogCleaner:
                 return result
         return None
 
-    def _swap(self, result: CleanResult) -> bool:
+    def swap_in(self, result: CleanResult) -> bool:
         """Event loop: put the cleaned segments in place and advance the checkpoint."""
         snapshot = result.snapshot
         log = self.logs.get(snapshot.topic, snapshot.partition)
@@ -185,7 +185,7 @@ class LogCleaner:
         if self._stop.is_set():
             result.discard()
             return None
-        return result if self._swap(result) else None
+        return result if self.swap_in(result) else None
 
     def clean_log_now(
         self, log: PartitionLog, now_ms: int | None = None, *, force: bool = False
@@ -202,7 +202,7 @@ class LogCleaner:
         )
         if result is None:
             return None
-        return result if self._swap(result) else None
+        return result if self.swap_in(result) else None
 
     # ---- background task ---------------------------------------------------------------------------
 
