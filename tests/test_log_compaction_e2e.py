@@ -162,3 +162,49 @@ async def test_record_without_key_refused(compaction_broker: Any) -> None:
         assert getattr(info.value, "code", None) == 87  # INVALID_RECORD
         ok = await producer.send_and_wait(topic, value=b"keyed", key=b"k", partition=0)
         assert ok.offset == 0
+
+
+async def test_aborted_transactions_compacted_like_kafka(compaction_broker: Any) -> None:
+    """Aborted transactional records are removed by the first pass; committed ones follow
+    the latest-per-key rule, on both brokers alike (read_uncommitted sees the log itself)."""
+    bootstrap = compaction_broker.bootstrap_servers
+    kind = "broker_min" if isinstance(compaction_broker, BrokerMinServer) else "kafka"
+    topic = f"compaction-txn-{uuid.uuid4().hex[:8]}"
+    await _create(bootstrap, topic)
+    written: list[Record] = []
+    aborted: list[Record] = []
+    txn_id = f"compaction-{uuid.uuid4().hex[:8]}"
+    async with Producer(bootstrap_servers=bootstrap, transactional_id=txn_id, linger_ms=0) as producer:
+        await producer.init_transactions()
+        for name, keys, commit in (("a", range(5), True), ("b", range(10), False), ("c", range(5, 8), True)):
+            producer.begin_transaction()
+            sent = []
+            for i in keys:
+                key, value = f"t{i}".encode(), f"{name}-{i}".encode()
+                meta = await producer.send_and_wait(topic, value=value, key=key, partition=0)
+                sent.append((meta.offset, key, value))
+            if commit:
+                await producer.commit_transaction()
+                written.extend(sent)
+            else:
+                await producer.abort_transaction()
+                aborted.extend(sent)
+    async with Producer(bootstrap_servers=bootstrap, linger_ms=0) as plain:
+        for i in range(6):
+            meta = await plain.send_and_wait(
+                topic, value=f"p-{i}".encode(), key=f"p{i % 3}".encode(), partition=0
+            )
+            written.append((meta.offset, f"p{i % 3}".encode(), f"p-{i}".encode()))
+        await asyncio.sleep(SEGMENT_MS / 1000 + 0.3)
+        meta = await plain.send_and_wait(topic, value=b"1", key=b"__roll", partition=0)
+        written.append((meta.offset, b"__roll", b"1"))
+    roll = meta.offset
+    expected = _model(written, roll, set())
+    assert len(aborted) == 10
+    records = await _wait_compacted(bootstrap, topic, roll + 1, lambda rs: len(rs) == len(expected))
+    assert records == expected
+    assert not any(r[2] is not None and r[2].startswith(b"b-") for r in records)  # aborted data gone
+    RESULTS[f"txn-{kind}"] = {"records": records}
+    other = RESULTS.get("txn-kafka" if kind == "broker_min" else "txn-broker_min")
+    if other is not None:
+        assert [r[1:] for r in other["records"]] == [r[1:] for r in records]
