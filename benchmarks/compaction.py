@@ -34,7 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 from kafkakit import Admin, NewTopic, Producer  # noqa: E402
 
-SEGMENT_MS = 2000
+# Long enough that producing never rolls the segment: each cleaner gets the whole input in one pass.
+SEGMENT_MS = 8000
 _KAFKA_STATS = re.compile(
     r"cleaned log (?P<topic>\S+)-0 \(dirty section = \[\d+, \d+\]\)\s*\n\s*"
     r"(?P<mb>[\d.]+) MB of log processed in (?P<secs>[\d.]+) seconds \((?P<rate>[\d.]+) MB/sec\)"
@@ -55,15 +56,18 @@ class _Capture(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-async def _produce(bootstrap: str, topic: str, records: int, keys: int, value_size: int) -> None:
+async def _produce(
+    bootstrap: str, topic: str, records: int, keys: int, value_size: int, segment_ms: int
+) -> None:
     async with Admin(bootstrap_servers=bootstrap) as admin:
         configs = {
             "cleanup.policy": "compact",
-            "segment.ms": str(SEGMENT_MS),
+            "segment.ms": str(segment_ms),
             "min.cleanable.dirty.ratio": "0.01",
         }
         await admin.create_topics([NewTopic(topic, num_partitions=1, configs=configs)])
     value = b"v" * value_size
+    started = time.monotonic()
     async with Producer(bootstrap_servers=bootstrap, linger_ms=5) as producer:
         pending = []
         for i in range(records):
@@ -72,7 +76,9 @@ async def _produce(bootstrap: str, topic: str, records: int, keys: int, value_si
                 await asyncio.gather(*pending)
                 pending.clear()
         await asyncio.gather(*pending)
-        await asyncio.sleep(SEGMENT_MS / 1000 + 0.5)
+        if time.monotonic() - started > segment_ms / 1000:
+            print(f"warning: producing took over segment.ms ({segment_ms} ms): the input may span segments")
+        await asyncio.sleep(max(segment_ms / 1000 - (time.monotonic() - started), 0) + 0.5)
         await producer.send_and_wait(topic, value=b"roll", key=b"__roll", partition=0)
 
 
@@ -94,7 +100,9 @@ def _wait_for(source: Any, pattern: re.Pattern[str], topic: str, timeout: float)
 
 def _round(kind: str, server: Any, capture: _Capture, args: argparse.Namespace) -> tuple[float, float]:
     topic = f"compaction-bench-{uuid.uuid4().hex[:8]}"
-    asyncio.run(_produce(server.bootstrap_servers, topic, args.records, args.keys, args.value_size))
+    asyncio.run(
+        _produce(server.bootstrap_servers, topic, args.records, args.keys, args.value_size, args.segment_ms)
+    )
     if kind == "kafka":
         log_path = Path(server.log_path)
         return _wait_for(lambda: log_path.read_text(errors="replace"), _KAFKA_STATS, topic, args.timeout)
@@ -109,6 +117,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=30_000)
     parser.add_argument("--value-size", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--segment-ms", type=int, default=SEGMENT_MS, help="must exceed the produce time")
     parser.add_argument("--brokers", default="broker_min,kafka", help="comma-separated: broker_min, kafka")
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--markdown", type=Path, help="also write the results section to this file")
@@ -116,6 +125,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.smoke:
         args.records, args.keys, args.rounds, args.brokers = 20_000, 2_000, 1, "broker_min"
+        args.segment_ms = 1500
     kinds = [k.strip() for k in args.brokers.split(",") if k.strip()]
     from tests.brokers import BrokerMinServer, KafkaServer
 
@@ -173,7 +183,8 @@ def _markdown(results: dict[str, list[tuple[float, float]]], args: argparse.Name
         "",
         f"{args.records} records of {args.value_size} bytes over {args.keys} keys, one partition, "
         "compacted once; MB (10^6 bytes) and MB/s as each broker's cleaner reports its pass "
-        "(offset map + rewrite; Kafka's MiB figures converted).",
+        "(offset map + rewrite; Kafka's MiB figures converted). Kafka runs as tests/brokers.py "
+        "starts it (C1 JIT only, serial GC, 512 MiB heap), which handicaps the JVM.",
         "",
         "| round | "
         + " | ".join(f"{names.get(k, k)} MB | {names.get(k, k)} MB/s" for k in kinds)
