@@ -366,3 +366,24 @@ async def test_background_cleaner_keeps_the_event_loop_responsive(tmp_path: Path
     assert latest[f"k{(appended - 1) % 50}".encode()] == f"during-{appended - 1}".encode()
     offsets = [o for o, _, _ in _records(log)]
     assert offsets == sorted(set(offsets))
+
+
+async def test_a_log_the_cleaner_cannot_read_is_left_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, log, cleaner = _log(tmp_path)
+    for i in range(120):
+        _put(log, f"k{i % 7}", f"v{i}")
+    first = log.segments[0]
+    second_batch = next(position for position, _ in first.headers() if position > 0)
+    with open(first.log_path, "r+b") as f:  # a broken magic byte in the second batch
+        f.seek(second_batch + 16)
+        f.write(b"\x09")
+    before = [p.name for p in log.directory.iterdir()]
+    assert await cleaner.clean_once() is None
+    assert "uncleanable until restart" in caplog.text
+    assert sorted(p.name for p in log.directory.iterdir()) == sorted(before)  # no .cleaned leftovers
+    caplog.clear()
+    assert cleaner.passes == 0 and await cleaner.clean_once() is None
+    assert "uncleanable" not in caplog.text  # not retried until restart
+    assert cleaner.checkpoint("t", 0) is None

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,7 +87,9 @@ class LogCleaner:
         self.config = config if config is not None else CleanerConfig()
         self.checkpoint_path = logs.data_dir / CLEANER_CHECKPOINT_FILE
         self._checkpoints = read_cleaner_checkpoint(self.checkpoint_path)
-        self._uncleanable: set[tuple[str, int]] = set()
+        # Logs whose pass failed (Kafka's uncleanable partitions); weak, so a deleted and
+        # recreated topic is a new log that gets cleaned again.
+        self._uncleanable: weakref.WeakSet[PartitionLog] = weakref.WeakSet()
         self._stop = threading.Event()
         self._wake: asyncio.Event | None = None
         self._running: asyncio.Future[CleanResult | None] | None = None
@@ -107,22 +110,24 @@ class LogCleaner:
 
     # ---- one pass --------------------------------------------------------------------------------
 
-    def _candidates(self, now_ms: int) -> list[LogSnapshot]:
+    def _candidates(self, now_ms: int) -> list[tuple[PartitionLog, LogSnapshot]]:
         """Snapshots of the compacted logs, filthiest first (the ratio ignoring open transactions)."""
-        scored: list[tuple[float, LogSnapshot]] = []
+        scored: list[tuple[float, PartitionLog, LogSnapshot]] = []
         for key, log in self.logs.partitions().items():
-            if log.closed or not log.config.compact or key in self._uncleanable or len(log.segments) < 2:
+            if log.closed or not log.config.compact or log in self._uncleanable or len(log.segments) < 2:
                 continue
             snapshot = LogSnapshot.of(log, self.checkpoint(*key))
             span = cleanable_range(snapshot, now_ms, None)
             if span.worth_cleaning(log.config.min_cleanable_dirty_ratio):
-                scored.append((span.ratio + (1.0 if span.compaction_delay_ms > 0 else 0.0), snapshot))
+                scored.append((span.ratio + (1.0 if span.compaction_delay_ms > 0 else 0.0), log, snapshot))
         scored.sort(key=lambda item: -item[0])
-        return [snapshot for _, snapshot in scored]
+        return [(log, snapshot) for _, log, snapshot in scored]
 
-    def _clean_candidates(self, candidates: list[LogSnapshot], now_ms: int) -> CleanResult | None:
+    def _clean_candidates(
+        self, candidates: list[tuple[PartitionLog, LogSnapshot]], now_ms: int
+    ) -> CleanResult | None:
         """Worker thread: clean the first candidate that is still worth it."""
-        for snapshot in candidates:
+        for log, snapshot in candidates:
             if self._stop.is_set():
                 return None
             try:
@@ -136,12 +141,15 @@ class LogCleaner:
             except CleanerAborted:
                 return None
             except Exception:
+                if log.closed or not snapshot.directory.exists():
+                    logger.info("%s-%d went away while it was cleaned", snapshot.topic, snapshot.partition)
+                    continue
                 logger.exception(
                     "cleaning %s-%d failed; it is uncleanable until restart",
                     snapshot.topic,
                     snapshot.partition,
                 )
-                self._uncleanable.add((snapshot.topic, snapshot.partition))
+                self._uncleanable.add(log)
                 continue
             if result is not None:
                 return result
