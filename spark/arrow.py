@@ -133,7 +133,9 @@ def _gather(
     return selected
 
 
-def _strided_runs(arr: npt.NDArray[np.uint8], starts: IntArray, size: int, count: int) -> npt.NDArray[np.uint8] | None:
+def _strided_runs(
+    arr: npt.NDArray[np.uint8], starts: IntArray, size: int, count: int
+) -> npt.NDArray[np.uint8] | None:
     """Payloads of ``size`` bytes copied run by run (constant stride within a run); None if too irregular."""
     steps = np.diff(starts)
     cuts = (np.flatnonzero(steps[1:] != steps[:-1]) + 1).tolist()

@@ -129,6 +129,11 @@ class ChannelCache:
             channel = self._channels[key] = make()
         return channel
 
+    async def close_all(self) -> None:
+        """Close every channel (the worker is exiting)."""
+        while self._channels:
+            await self._channels.pop(next(iter(self._channels))).close()
+
     async def discard(self, key: Any) -> None:
         channel = self._channels.pop(key, None)
         if channel is not None:

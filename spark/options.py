@@ -27,8 +27,14 @@ _RENAMED = {
 # Settings the connector owns itself (as Spark's connector does): users set the
 # data source option instead, or the value would fight the source's offsets.
 _RESERVED = {
-    "key.serializer", "value.serializer", "key.deserializer", "value.deserializer",
-    "enable.auto.commit", "auto.offset.reset", "transactional.id", "bootstrap.servers",
+    "key.serializer",
+    "value.serializer",
+    "key.deserializer",
+    "value.deserializer",
+    "enable.auto.commit",
+    "auto.offset.reset",
+    "transactional.id",
+    "bootstrap.servers",
 }
 
 
@@ -97,7 +103,7 @@ class SourceOptions:
         for key, raw in self._values.items():
             if not key.startswith("kafka.") or key in skipped:
                 continue
-            java_name = key[len("kafka."):]
+            java_name = key[len("kafka.") :]
             if java_name in _RESERVED:
                 raise KafkaConfigError(key, "is managed by the kafkakit data source and cannot be set")
             keyword = _RENAMED.get(java_name, java_name.replace(".", "_"))

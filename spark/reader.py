@@ -36,8 +36,13 @@ from kafkakit.structs import TopicPartition
 log = logging.getLogger(__name__)
 
 #: Consumer settings (kafkakit keyword names) the reader uses; other accepted ones are ignored.
-CONNECTION_SETTINGS = ("client_id", "request_timeout_ms", "retry_backoff_ms", "metadata_max_age_ms",
-                       "connections_max_idle_ms")
+CONNECTION_SETTINGS = (
+    "client_id",
+    "request_timeout_ms",
+    "retry_backoff_ms",
+    "metadata_max_age_ms",
+    "connections_max_idle_ms",
+)
 
 
 class DataLossError(KafkaError):
@@ -107,7 +112,9 @@ async def _consumer_for(settings: FetchSettings) -> Consumer:
     return consumer
 
 
-async def _open_range(settings: FetchSettings, tp: TopicPartition, start: int, end: int) -> AsyncIterator[FetchedRange]:
+async def _open_range(
+    settings: FetchSettings, tp: TopicPartition, start: int, end: int
+) -> AsyncIterator[FetchedRange]:
     consumer = await _consumer_for(settings)
     return consumer.fetch_range(tp, start, end, wait_timeout_ms=settings.poll_timeout_ms)
 

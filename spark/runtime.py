@@ -10,17 +10,23 @@ result.  A fork (Spark's daemon forks workers) gets a fresh loop.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import logging
 import os
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
 _owner_pid: int | None = None
+_cleanups: list[Callable[[], Coroutine[Any, Any, None]]] = []
+#: How long the worker's exit waits for kept clients to close.
+CLEANUP_TIMEOUT_S = 5.0
 
 
 def _start_loop() -> asyncio.AbstractEventLoop:
@@ -69,3 +75,31 @@ def run(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
     except BaseException:
         future.cancel()
         raise
+
+
+def at_exit(cleanup: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run ``cleanup()`` on the worker's loop when the process exits (clients kept on the loop
+    are closed, not destroyed mid-task with "Task was destroyed but it is pending")."""
+    if cleanup not in _cleanups:
+        _cleanups.append(cleanup)
+
+
+def _run_cleanups() -> None:
+    loop = _loop
+    if loop is None or loop.is_closed() or _owner_pid != os.getpid() or not _cleanups:
+        return
+
+    async def all_cleanups() -> None:
+        for cleanup in _cleanups:
+            try:
+                await cleanup()
+            except Exception as exc:  # exiting anyway: report, go on with the others
+                log.warning("closing kept clients at exit failed: %s", exc)
+
+    try:
+        asyncio.run_coroutine_threadsafe(all_cleanups(), loop).result(CLEANUP_TIMEOUT_S)
+    except Exception as exc:
+        log.warning("closing kept clients at exit did not finish: %s", exc)
+
+
+atexit.register(_run_cleanups)

@@ -86,7 +86,8 @@ class SecurityOptions:
             return kwargs
         if protocol not in SECURITY_PROTOCOLS:
             raise KafkaConfigError(
-                "kafka.security.protocol", f"expected one of {', '.join(SECURITY_PROTOCOLS)}, got {protocol!r}"
+                "kafka.security.protocol",
+                f"expected one of {', '.join(SECURITY_PROTOCOLS)}, got {protocol!r}",
             )
         kwargs["security_protocol"] = protocol
         if protocol in ("SSL", "SASL_SSL"):
@@ -101,11 +102,14 @@ class SecurityOptions:
         if mechanism not in SASL_MECHANISMS:
             hint = " (Kerberos, Kafka's default when unset)" if mechanism == "GSSAPI" else ""
             raise KafkaConfigError(
-                "kafka.sasl.mechanism", f"{mechanism}{hint} is not supported; use one of {', '.join(SASL_MECHANISMS)}"
+                "kafka.sasl.mechanism",
+                f"{mechanism}{hint} is not supported; use one of {', '.join(SASL_MECHANISMS)}",
             )
         jaas_text = self._get("sasl.jaas.config")
         if jaas_text is None:
-            raise KafkaConfigError("kafka.sasl.jaas.config", f"is required with kafka.sasl.mechanism={mechanism}")
+            raise KafkaConfigError(
+                "kafka.sasl.jaas.config", f"is required with kafka.sasl.mechanism={mechanism}"
+            )
         from kafkakit.security.jaas import parse_jaas_config
 
         try:
@@ -118,11 +122,15 @@ class SecurityOptions:
             entry.login_module == _OAUTH_MODULE
         ):
             wanted = "OAuthBearerLoginModule" if oauth else "PlainLoginModule or ScramLoginModule"
-            raise KafkaConfigError("kafka.sasl.jaas.config", f"kafka.sasl.mechanism={mechanism} needs {wanted}")
+            raise KafkaConfigError(
+                "kafka.sasl.jaas.config", f"kafka.sasl.mechanism={mechanism} needs {wanted}"
+            )
         if entry.login_module in (_PLAIN_MODULE, _SCRAM_MODULE):
             username, password = entry.options.get("username"), entry.options.get("password")
             if not username or not password:
-                raise KafkaConfigError("kafka.sasl.jaas.config", f"{entry.login_module} needs username= and password=")
+                raise KafkaConfigError(
+                    "kafka.sasl.jaas.config", f"{entry.login_module} needs username= and password="
+                )
             kwargs.update(sasl_plain_username=username, sasl_plain_password=password)
         elif entry.login_module == _OAUTH_MODULE:
             kwargs["sasl_oauth_token_provider"] = _unsecured_provider(entry.options)
@@ -149,9 +157,13 @@ class SecurityOptions:
             else:
                 cafile = truststore
         try:
-            context = tls.create_ssl_context(cafile=cafile, cadata=cadata, check_hostname=algorithm == "https")
+            context = tls.create_ssl_context(
+                cafile=cafile, cadata=cadata, check_hostname=algorithm == "https"
+            )
         except (OSError, ValueError, ssl.SSLError) as exc:
-            raise KafkaConfigError("kafka.ssl.truststore.location", f"cannot load the CA certificates: {exc}") from None
+            raise KafkaConfigError(
+                "kafka.ssl.truststore.location", f"cannot load the CA certificates: {exc}"
+            ) from None
         keystore = self._get("ssl.keystore.location")
         if keystore is not None:
             self._load_keystore(context, keystore)
@@ -176,7 +188,9 @@ class SecurityOptions:
             finally:
                 shutil.rmtree(directory, ignore_errors=True)
         except (OSError, ValueError, ssl.SSLError) as exc:
-            raise KafkaConfigError("kafka.ssl.keystore.location", f"cannot load the client certificate: {exc}") from None
+            raise KafkaConfigError(
+                "kafka.ssl.keystore.location", f"cannot load the client certificate: {exc}"
+            ) from None
 
     def _store_type(self, name: str) -> str:
         kind = (self._get(name) or "PEM").upper()
@@ -222,14 +236,16 @@ def _unsecured_provider(options: Mapping[str, str]) -> Callable[[], str]:
     principal = options.get("unsecuredLoginStringClaim_sub")
     if not principal:
         raise KafkaConfigError(
-            "kafka.sasl.jaas.config", "OAuthBearerLoginModule is supported with unsecuredLoginStringClaim_sub only"
+            "kafka.sasl.jaas.config",
+            "OAuthBearerLoginModule is supported with unsecuredLoginStringClaim_sub only",
         )
     raw_lifetime = options.get("unsecuredLoginLifetimeSeconds") or "3600"
     try:
         lifetime = int(raw_lifetime)
     except ValueError:
         raise KafkaConfigError(
-            "kafka.sasl.jaas.config", f"unsecuredLoginLifetimeSeconds must be an integer, got {raw_lifetime!r}"
+            "kafka.sasl.jaas.config",
+            f"unsecuredLoginLifetimeSeconds must be an integer, got {raw_lifetime!r}",
         ) from None
 
     def provider() -> str:

@@ -457,6 +457,17 @@ def _give_back(key: tuple[Any, ...], producer: Producer) -> None:
         runtime.run(producer.stop())
 
 
+async def _stop_kept_producers() -> None:
+    with _producers_lock:
+        kept = list(_producers.values())
+        _producers.clear()
+    for producer in kept:
+        await producer.stop()
+
+
+runtime.at_exit(_stop_kept_producers)
+
+
 def _stop_quietly(producer: Producer) -> None:
     try:
         runtime.run(producer.stop())

@@ -150,7 +150,8 @@ def _subscription(opts: SourceOptions) -> Subscription:
     if len(given) != 1:
         found = " and ".join(given) if given else "none"
         raise KafkaConfigError(
-            "/".join(_SUBSCRIPTIONS), f"exactly one of subscribe, subscribePattern or assign must be set, got {found}"
+            "/".join(_SUBSCRIPTIONS),
+            f"exactly one of subscribe, subscribePattern or assign must be set, got {found}",
         )
     kind = given[0]
     raw = opts.require(kind)
@@ -163,7 +164,9 @@ def _subscription(opts: SourceOptions) -> Subscription:
         try:
             re.compile(raw)
         except re.error as exc:
-            raise KafkaConfigError("subscribePattern", f"is not a valid regular expression ({exc}): {raw!r}") from None
+            raise KafkaConfigError(
+                "subscribePattern", f"is not a valid regular expression ({exc}): {raw!r}"
+            ) from None
         return Subscription("subscribePattern", pattern=raw)
     return Subscription("assign", partitions=tuple(parse_assign(raw)))
 
@@ -172,7 +175,9 @@ def _starting_spec(opts: SourceOptions) -> OffsetSpec:
     """startingOffsetsByTimestamp / startingTimestamp win over startingOffsets (as in Spark)."""
     by_timestamp = opts.get("startingOffsetsByTimestamp")
     if by_timestamp is not None:
-        return OffsetSpec("timestamps", per_partition=parse_timestamps(by_timestamp, "startingOffsetsByTimestamp"))
+        return OffsetSpec(
+            "timestamps", per_partition=parse_timestamps(by_timestamp, "startingOffsetsByTimestamp")
+        )
     timestamp = opts.get("startingTimestamp")
     if timestamp is not None:
         return OffsetSpec("timestamp", timestamp=parse_timestamp(timestamp, "startingTimestamp"))
@@ -232,7 +237,11 @@ class Planner:
             security = fetch.security.client_kwargs()
             admin = Admin(
                 bootstrap_servers=fetch.bootstrap_servers,
-                **{k: v for k, v in conn.items() if k in ("client_id", "request_timeout_ms", "retry_backoff_ms")},
+                **{
+                    k: v
+                    for k, v in conn.items()
+                    if k in ("client_id", "request_timeout_ms", "retry_backoff_ms")
+                },
                 **security,
             )
             consumer = Consumer(
@@ -360,9 +369,7 @@ class KafkaInputPartition(InputPartition):
     end: int
 
 
-def _input_partitions(
-    config: SourceConfig, ranges: list[OffsetRange]
-) -> list[KafkaInputPartition]:
+def _input_partitions(config: SourceConfig, ranges: list[OffsetRange]) -> list[KafkaInputPartition]:
     return [
         KafkaInputPartition(config.fetch, r.tp.topic, r.tp.partition, r.start, r.end)
         for r in split_ranges(ranges, config.min_partitions)
@@ -470,7 +477,9 @@ class KafkaStreamReader(DataSourceStreamReader):
             return _limits.ReadAllAvailable()
         return _limits.ReadMaxRows(self.config.max_offsets_per_trigger)
 
-    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, dict[str, int]]:  # noqa: N802
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, dict[str, int]]:  # noqa: N802
         """The end of the next micro-batch: the latest offsets, capped by the read limit.
 
         pyspark 4.0/4.1 call this without arguments: the start is then the last
@@ -505,7 +514,9 @@ class KafkaStreamReader(DataSourceStreamReader):
             return int(limit.max_rows)
         if limit is None or isinstance(limit, _limits.ReadAllAvailable):
             return None
-        raise NotYetSupportedError(f"the kafkakit source supports ReadMaxRows and ReadAllAvailable, not {limit!r}")
+        raise NotYetSupportedError(
+            f"the kafkakit source supports ReadMaxRows and ReadAllAvailable, not {limit!r}"
+        )
 
     def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:  # noqa: N802
         return None if self._last_latest is None else to_dict(self._last_latest)

@@ -420,6 +420,17 @@ def _last_committed_by(state: Mapping[str, Any] | None, handle: TransactionHandl
     return False
 
 
+async def close_kept_clients() -> None:
+    """Stop this worker's kept control channels and transactional producers."""
+    while _kept_producers:
+        producer, _ = _kept_producers.pop(next(iter(_kept_producers)))
+        await producer.stop()
+    await _channels.close_all()
+
+
+runtime.at_exit(close_kept_clients)
+
+
 class TaskTransaction:
     """One task's side of the protocol, driven step by step from Spark's synchronous ``write()``.
 
