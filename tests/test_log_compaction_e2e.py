@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from kafkakit import Admin, Consumer, NewTopic, Producer, TopicPartition
 from kafkakit.errors import KafkaError
+from kafkakit.records.header import iter_batch_headers
 
 from tests.brokers import BrokerMinServer
 from tests.conftest import BROKER_KINDS
@@ -208,3 +209,47 @@ async def test_aborted_transactions_compacted_like_kafka(compaction_broker: Any)
     other = RESULTS.get("txn-kafka" if kind == "broker_min" else "txn-broker_min")
     if other is not None:
         assert [r[1:] for r in other["records"]] == [r[1:] for r in records]
+
+
+def _confluent_consume(bootstrap: str, topic: str, end: int) -> list[Record]:
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False}
+    )
+    consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+    out: list[Record] = []
+    deadline = time.monotonic() + 20
+    try:
+        while time.monotonic() < deadline and not (out and out[-1][0] >= end - 1):
+            msg = consumer.poll(0.3)
+            if msg is not None and msg.error() is None:
+                out.append((msg.offset(), msg.key(), msg.value()))
+    finally:
+        consumer.close()
+    return out
+
+
+async def test_empty_batch_kept_for_a_producer_reads_back_on_both_clients(compaction_broker: Any) -> None:
+    """An idempotent producer whose only record was superseded keeps an empty batch in the
+    log (its sequence state); consumers step over it."""
+    bootstrap = compaction_broker.bootstrap_servers
+    topic = f"compaction-empty-{uuid.uuid4().hex[:8]}"
+    await _create(bootstrap, topic)
+    written: list[Record] = []
+    for i in range(3):  # three idempotent producers, each writing key "a" once
+        async with Producer(bootstrap_servers=bootstrap, linger_ms=0, enable_idempotence=True) as producer:
+            meta = await producer.send_and_wait(topic, value=b"a-%d" % i, key=b"a", partition=0)
+            written.append((meta.offset, b"a", b"a-%d" % i))
+    async with Producer(bootstrap_servers=bootstrap, linger_ms=0) as producer:
+        await asyncio.sleep(SEGMENT_MS / 1000 + 0.3)
+        meta = await producer.send_and_wait(topic, value=b"r", key=b"__roll", partition=0)
+        written.append((meta.offset, b"__roll", b"r"))
+    expected = _model(written, meta.offset, set())
+    records = await _wait_compacted(bootstrap, topic, meta.offset + 1, lambda rs: len(rs) == len(expected))
+    assert records == expected  # [(2, a, a-2), roll]: offsets 0 and 1 are empty batches now
+    assert await asyncio.to_thread(_confluent_consume, bootstrap, topic, meta.offset + 1) == expected
+    if isinstance(compaction_broker, BrokerMinServer):
+        stored = []
+        for path in sorted((compaction_broker.data_dir / f"{topic}-0").glob("*.log")):
+            stored += [(h.base_offset, h.record_count) for _, h in iter_batch_headers(path.read_bytes())]
+        assert stored[:3] == [(0, 0), (1, 0), (2, 1)]  # the empty batches are really there
