@@ -387,3 +387,17 @@ async def test_a_log_the_cleaner_cannot_read_is_left_alone(
     assert cleaner.passes == 0 and await cleaner.clean_once() is None
     assert "uncleanable" not in caplog.text  # not retried until restart
     assert cleaner.checkpoint("t", 0) is None
+
+
+def test_compacted_log_rolls_by_max_compaction_lag(tmp_path: Path) -> None:
+    _, log, _ = _log(tmp_path, **{"segment.bytes": str(1 << 20), "max.compaction.lag.ms": "1000"})
+    _put(log, "a", "1", ts=NOW)
+    _put(log, "a", "2", ts=NOW + 500)
+    assert len(log.segments) == 1
+    _put(log, "a", "3", ts=NOW + 2000)  # older than max.compaction.lag.ms: the active segment rolls
+    assert len(log.segments) == 2
+    manager = LogManager(tmp_path / "plain", LogConfig())
+    plain = manager.create("t", 0, LogConfig.from_topic_configs({"max.compaction.lag.ms": "1000"}))
+    for ts in (NOW, NOW + 2000):
+        _put(plain, "a", "x", ts=ts)
+    assert len(plain.segments) == 1  # a delete-only log rolls by segment.ms alone
