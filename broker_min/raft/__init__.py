@@ -1,4 +1,89 @@
-"""kafkakit.broker.raft: the KRaft metadata quorum (KIP-595), being built for issue 13.
+"""kafkakit.broker.raft: the core of the KRaft metadata quorum (KIP-595), for issue 13.
 
-Not wired into the broker yet: a broker_min node still runs alone.
+Not wired into the broker yet: a broker_min node still runs alone. This package is
+a self-contained library that the next step plugs into the broker, whose metadata
+records will travel as this log's entries.
+
+What maps to what in Apache Kafka (raft/src/main/java/org/apache/kafka/raft):
+
+- :class:`RaftNode` (``node.py``) is KafkaRaftClient + QuorumState: roles Unattached
+  (Voted = Unattached with a vote), Follower, Candidate, Leader and Resigned;
+  randomised election timeouts in [T, 2T) for ``controller.quorum.election.timeout.ms``;
+  ``controller.quorum.fetch.timeout.ms`` before a follower campaigns;
+  ``controller.quorum.election.backoff.max.ms`` after a lost election; one vote per
+  epoch; a vote only for a log at least as up to date (last epoch, then end offset);
+  a new leader's LEADER_CHANGE control entry; HW = the end offset a majority of voters
+  reached once it covers an entry of the leader's epoch (LeaderState); check quorum
+  (a leader that hears from no majority for 1.5 x fetch timeout resigns); EndQuorumEpoch
+  on a graceful resign, with the successors ordered by how far they got.
+- ``quorum_state.py`` is FileQuorumStateStore: ``quorum-state`` JSON (QuorumStateData v0),
+  replaced atomically (temp, fsync, rename, fsync dir) before a vote is answered.
+- ``log.py`` is KafkaMetadataLog + LeaderEpochFileCache: ``__cluster_metadata-0/`` with
+  record batches v2 carrying each entry's epoch; truncation of a divergent tail;
+  Fetch's DivergingEpoch from ``endOffsetForEpoch``.
+- ``messages.py``: Vote v0, BeginQuorumEpoch v0, EndQuorumEpoch v0 and Fetch v17 (ReplicaState,
+  the metadata topic id, LastFetchedEpoch, DivergingEpoch, CurrentLeader) as kio objects.
+- ``transport.py``: a Kafka-protocol TCP server per node (plus ApiVersions) and per-peer client
+  connections with reconnects and timeouts; the state machine only sees :class:`Transport`.
+
+Public API: :meth:`RaftNode.append` (leader; returns once committed), :meth:`RaftNode.register` /
+:meth:`RaftNode.committed` (committed entries in order), :meth:`RaftNode.leader_and_epoch`,
+:meth:`RaftNode.wait_for_leader`, :meth:`RaftNode.resign`; :func:`start_endpoint` starts a node
+with its own listener.
+
+Not built yet: snapshots and FetchSnapshot (KIP-630; the log is kept whole and replayed from
+offset 0 after a restart, :class:`NotYetSupportedError` marks where a snapshot would be needed),
+observers (non-voter fetchers), voter changes (KIP-853), pre-vote (KIP-996), fetch sessions,
+the high watermark being persisted, the LeaderChangeMessage body of the control entry,
+and routing these APIs through the broker's controller listener.
 """
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .config import RaftConfig, Voter, parse_voters
+from .log import LogEntry, RaftLog
+from .node import (
+    CommittedRecord,
+    LeaderAndEpoch,
+    NotLeaderError,
+    NotYetSupportedError,
+    RaftNode,
+    Role,
+    Transport,
+)
+from .quorum_state import ElectionState, QuorumStateStore
+from .transport import RaftEndpoint, RaftPeers, RaftServer
+
+
+async def start_endpoint(config: RaftConfig, directory: Path) -> RaftEndpoint:
+    """Open the node's state in ``directory`` and serve it on its voter address."""
+    peers = RaftPeers(config.voters)
+    node = RaftNode(config, directory, peers)
+    me = config.voters[config.node_id]
+    endpoint = RaftEndpoint(node, peers, me.host, me.port)
+    await endpoint.start()
+    return endpoint
+
+
+__all__ = [
+    "CommittedRecord",
+    "ElectionState",
+    "LeaderAndEpoch",
+    "LogEntry",
+    "NotLeaderError",
+    "NotYetSupportedError",
+    "QuorumStateStore",
+    "RaftConfig",
+    "RaftEndpoint",
+    "RaftLog",
+    "RaftNode",
+    "RaftPeers",
+    "RaftServer",
+    "Role",
+    "Transport",
+    "Voter",
+    "parse_voters",
+    "start_endpoint",
+]

@@ -1,0 +1,246 @@
+"""The quorum's network: a small Kafka-protocol server per node and per-peer client connections.
+
+:class:`RaftServer` accepts Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch (of the
+metadata partition) and ApiVersions frames and hands the first four to a
+:class:`~.node.RaftNode`. It answers each request as soon as it is ready,
+matched by correlation id, rather than in request order: a long-polling Fetch
+must not hold back a Vote on the same connection, and the quorum's own clients
+match by correlation id. (When the broker routes these APIs from its controller
+listener, that listener keeps Kafka's in-order rule.)
+
+:class:`RaftPeers` keeps one connection per peer, connects lazily, reconnects
+after a failure, and times out each request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+from kafkakit.protocol import (
+    decode_request,
+    decode_request_header,
+    decode_response,
+    encode_request,
+    encode_response,
+)
+from kafkakit.protocol.build import make_response
+
+from . import messages as m
+from .config import Voter
+from .node import RaftNode
+
+log = logging.getLogger(__name__)
+_SIZE = struct.Struct(">i")
+MAX_FRAME_BYTES = 100 << 20
+_API_VERSIONS_MAX = 3
+
+
+class RaftServer:
+    """A listener that speaks the quorum APIs for one node."""
+
+    def __init__(self, node: RaftNode, host: str, port: int) -> None:
+        self.node = node
+        self.host = host
+        self.port = port
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        """Listen (port 0 picks a free one; :attr:`port` is then the real one)."""
+        self._server = await asyncio.start_server(
+            self._on_connection, self.host, self.port, reuse_address=True
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        """Stop listening and drop every open connection."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for writer in list(self._connections):
+            writer.transport.abort()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._connections.add(writer)
+        try:
+            while True:
+                size = _SIZE.unpack(await reader.readexactly(4))[0]
+                if not 8 <= size <= MAX_FRAME_BYTES:
+                    return
+                body = await reader.readexactly(size)
+                task = asyncio.create_task(self._answer(body, writer))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self._connections.discard(writer)
+            writer.transport.abort()
+
+    async def _answer(self, body: bytes, writer: asyncio.StreamWriter) -> None:
+        header = decode_request_header(body)
+        try:
+            response = await self._dispatch(header.api_key, header.api_version, body, header)
+        except Exception:
+            log.exception("raft server: request %d v%d failed", header.api_key, header.api_version)
+            writer.transport.abort()
+            return
+        if response is None:
+            writer.transport.abort()
+            return
+        writer.write(encode_response(header.correlation_id, response))
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+
+    async def _dispatch(self, api_key: int, version: int, body: bytes, header: Any) -> Any:
+        if api_key == m.API_VERSIONS:
+            keys = [{"api_key": m.API_VERSIONS, "min_version": 0, "max_version": _API_VERSIONS_MAX}]
+            keys += [
+                {"api_key": k, "min_version": v, "max_version": v} for k, v in sorted(m.VERSIONS.items())
+            ]
+            if version > _API_VERSIONS_MAX:
+                return make_response(m.API_VERSIONS, 0, error_code=35, api_keys=keys)
+            return make_response(m.API_VERSIONS, version, error_code=0, api_keys=keys, throttle_time=0)
+        if m.VERSIONS.get(api_key) != version:
+            return None  # an API or version the quorum does not speak: close, as Kafka does
+        return await self.node.handle(api_key, decode_request(header, body))
+
+
+class _PeerConnection:
+    """One client connection to a peer: requests pipelined, responses matched by correlation id."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.pending: dict[int, tuple[int, int, asyncio.Future[Any]]] = {}
+        self.correlation = itertools.count(1)
+        self.reader_task = asyncio.create_task(self._read())
+
+    @property
+    def alive(self) -> bool:
+        return not self.reader_task.done() and not self.writer.is_closing()
+
+    async def _read(self) -> None:
+        error: BaseException = ConnectionResetError("connection to peer closed")
+        try:
+            while True:
+                size = _SIZE.unpack(await self.reader.readexactly(4))[0]
+                body = await self.reader.readexactly(size)
+                (correlation_id,) = _SIZE.unpack_from(body, 0)
+                entry = self.pending.pop(correlation_id, None)
+                if entry is None:
+                    continue  # the request timed out; a late answer is dropped
+                api_key, version, future = entry
+                if not future.done():
+                    future.set_result(decode_response(api_key, version, body)[1])
+        except (asyncio.IncompleteReadError, OSError) as exc:
+            error = ConnectionResetError(f"connection to peer lost: {exc!r}")
+        except asyncio.CancelledError:
+            pass
+        finally:
+            for _, _, future in self.pending.values():
+                if not future.done():
+                    future.set_exception(error)
+            self.pending.clear()
+            self.writer.transport.abort()
+
+    async def request(self, request: Any) -> Any:
+        cls = type(request)
+        correlation_id = next(self.correlation)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.pending[correlation_id] = (int(cls.__api_key__), int(cls.__version__), future)
+        try:
+            self.writer.write(encode_request(correlation_id, "kafkakit-raft", request))
+            await self.writer.drain()
+            return await future
+        finally:
+            self.pending.pop(correlation_id, None)
+
+    async def close(self) -> None:
+        self.reader_task.cancel()
+        await asyncio.gather(self.reader_task, return_exceptions=True)
+
+
+class RaftPeers:
+    """The client side of the transport (implements :class:`~.node.Transport`)."""
+
+    def __init__(self, voters: Mapping[int, Voter]) -> None:
+        self.voters = dict(voters)
+        self._connections: dict[int, _PeerConnection] = {}
+        self._connecting: dict[int, asyncio.Lock] = {}
+        self._closed = False
+
+    async def send(self, peer_id: int, request: Any, timeout: float) -> Any:
+        """Send ``request`` to ``peer_id`` and return its response, within ``timeout`` seconds."""
+        if self._closed:
+            raise ConnectionRefusedError("raft transport is closed")
+        async with asyncio.timeout(timeout):
+            connection = await self._connection(peer_id)
+            return await connection.request(request)
+
+    async def _connection(self, peer_id: int) -> _PeerConnection:
+        lock = self._connecting.setdefault(peer_id, asyncio.Lock())
+        async with lock:
+            connection = self._connections.get(peer_id)
+            if connection is not None and connection.alive:
+                return connection
+            voter = self.voters[peer_id]
+            reader, writer = await asyncio.open_connection(voter.host, voter.port)
+            if self._closed:
+                writer.transport.abort()
+                raise ConnectionRefusedError("raft transport is closed")
+            connection = self._connections[peer_id] = _PeerConnection(reader, writer)
+            return connection
+
+    async def close(self) -> None:
+        """Drop every connection; later sends fail until :meth:`reopen`."""
+        self._closed = True
+        connections = list(self._connections.values())
+        self._connections.clear()
+        await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)
+
+    def reopen(self) -> None:
+        """Allow sends again after :meth:`close` (a healed partition in tests)."""
+        self._closed = False
+
+
+class RaftEndpoint:
+    """A node with its own listener and peer connections: what a standalone quorum member runs."""
+
+    def __init__(self, node: RaftNode, peers: RaftPeers, host: str, port: int) -> None:
+        self.node = node
+        self.peers = peers
+        self.server = RaftServer(node, host, port)
+
+    async def start(self) -> None:
+        """Listen, then start the node's driver."""
+        await self.server.start()
+        self.node.start()
+
+    async def isolate(self) -> None:
+        """Cut this node off the network (listener closed, connections dropped); the node keeps running."""
+        await self.server.close()
+        await self.peers.close()
+
+    async def heal(self) -> None:
+        """Reconnect an isolated node: listen on the same port again and allow sends."""
+        self.peers.reopen()
+        await self.server.start()
+
+    async def stop(self, graceful: bool = True) -> None:
+        """Stop the node (a graceful leader resigns first), then the network."""
+        if graceful:
+            await self.node.resign()
+        await self.server.close()
+        await self.peers.close()
+        await self.node.stop(graceful=False)
