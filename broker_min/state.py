@@ -272,6 +272,12 @@ class BrokerState:
             return None
         return self.logs.get(topic, partition)
 
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        """This node's leader epoch for the partition (Metadata, ListOffsets, Fetch and
+        OffsetForLeaderEpoch agree on it); 0, a new partition's epoch, when its log is not open."""
+        log = self.partition_log(topic, partition)
+        return log.leader_epoch if log is not None else 0
+
     def offsets_topic_partitions(self) -> int | None:
         """Partition count of ``__consumer_offsets``, None until the group coordinator first writes."""
         info = self.topics.get(OFFSETS_TOPIC)

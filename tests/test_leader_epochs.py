@@ -7,8 +7,8 @@ past the end of its epoch (the log "diverged" there) or an epoch the leader neve
 had. A consumer that did not check would fetch at the committed offset, get
 OFFSET_OUT_OF_RANGE and reset by its policy instead.
 
-broker_min reports no leader epochs yet (issue 13 brings replication), so a
-consumer there skips the check: those tests run on Apache Kafka only.
+Both brokers serve this: broker_min keeps a leader-epoch cache per partition and
+answers OffsetForLeaderEpoch (tests/test_broker_leader_epochs.py).
 """
 
 from __future__ import annotations
@@ -27,11 +27,6 @@ from test_consumer import consumer_for, read, setup_topic, values, write
 @pytest.fixture
 def bootstrap(broker: Any) -> str:
     return str(broker.bootstrap_servers)
-
-
-def _kafka_only(broker: Any) -> None:
-    if broker.kind != "kafka":
-        pytest.skip("broker_min has no leader epochs until replication (issue 13): the consumer skips the check")
 
 
 async def _leader_epoch(bootstrap: str, topic: str) -> int:
@@ -72,7 +67,6 @@ async def test_commits_carry_the_leader_epoch_of_the_last_record_read(bootstrap:
 async def test_a_committed_position_past_its_epochs_end_resumes_at_the_divergence(
     broker: Any, bootstrap: str, topic: str
 ) -> None:
-    _kafka_only(broker)
     await setup_topic(bootstrap, topic)
     await write(bootstrap, topic, values(10))
     tp = TopicPartition(topic, 0)
@@ -93,7 +87,6 @@ async def test_a_committed_position_past_its_epochs_end_resumes_at_the_divergenc
 async def test_with_no_reset_policy_a_divergence_raises_log_truncation(
     broker: Any, bootstrap: str, topic: str
 ) -> None:
-    _kafka_only(broker)
     await setup_topic(bootstrap, topic)
     await write(bootstrap, topic, values(10))
     tp = TopicPartition(topic, 0)
@@ -113,7 +106,6 @@ async def test_with_no_reset_policy_a_divergence_raises_log_truncation(
 
 
 async def test_an_epoch_the_leader_never_had_resets_by_policy(broker: Any, bootstrap: str, topic: str) -> None:
-    _kafka_only(broker)
     await setup_topic(bootstrap, topic)
     await write(bootstrap, topic, values(10))
     tp = TopicPartition(topic, 0)

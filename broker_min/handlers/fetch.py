@@ -12,6 +12,14 @@ get back only partitions with news; epoch -1 asks for a sessionless full fetch.
 read_committed returns data only below the last stable offset (see
 :func:`last_stable_offset`) plus the aborted transactions overlapping
 ``[fetch offset, LSO)``, which clients use to drop aborted records.
+
+Every read is bounded by the partition's high watermark (the LSO never exceeds
+it): a fetch offset between the HW and the log end gets no records rather than
+OFFSET_OUT_OF_RANGE, as in Kafka, so the HW can lag the log end once partitions
+are replicated.  From v9 each partition's ``current_leader_epoch`` is checked
+against the partition's leader epoch (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH,
+see :func:`~kafkakit.broker.handlers.leader_epochs.check_current_leader_epoch`);
+partitions a session remembers but the request does not name are not re-checked.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, FetchSession, FetchSessionCache
 from kafkakit.broker.handlers.base import ApiHandler, FileSliceLike, RawResponse
+from kafkakit.broker.handlers.leader_epochs import check_current_leader_epoch
 from kafkakit.broker.log.errors import LogError
 from kio.schema.errors import ErrorCode
 
@@ -114,13 +123,14 @@ async def handle_fetch(state: BrokerState, header: RequestHeaderInfo, request: A
         topics = {w.topic for w in wanted}
     # A consumer's fetch needs READ on each topic (Kafka's check; denied partitions fail alone).
     denied = {t for t in topics if not state.allowed(AclOperation.READ, ResourceType.TOPIC, t)}
+    fenced = _fenced_partitions(state, request) if version >= 9 else {}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
     watched = session if incremental else None
     while True:
         if watched is not None:
-            wanted = _maybe_news(state, watched, denied)
-        results, total, failed = _read_all(state, wanted, request.max_bytes, read_committed, denied)
+            wanted = _maybe_news(state, watched, denied, fenced)
+        results, total, failed = _read_all(state, wanted, request.max_bytes, read_committed, denied, fenced)
         remaining = deadline - loop.time()
         if total >= request.min_bytes or failed or remaining <= 0:
             break
@@ -131,6 +141,20 @@ async def handle_fetch(state: BrokerState, header: RequestHeaderInfo, request: A
     return encode_fetch_response(
         version, ErrorCode.none, _session_news(session, results, incremental), session.session_id
     )
+
+
+def _fenced_partitions(state: BrokerState, request: Any) -> dict[tuple[str, int], int]:
+    """The request's partitions whose current_leader_epoch fails the check, with the error code."""
+    fenced: dict[tuple[str, int], int] = {}
+    for t in request.topics:
+        for p in t.partitions:
+            if p.current_leader_epoch < 0:
+                continue
+            local_epoch = state.leader_epoch(t.topic, p.partition)
+            code = check_current_leader_epoch(local_epoch, p.current_leader_epoch)
+            if code != ErrorCode.none:
+                fenced[(t.topic, p.partition)] = code.value
+    return fenced
 
 
 def open_session(cache: FetchSessionCache, request: Any) -> tuple[FetchSession | None, bool] | ErrorCode:
@@ -162,7 +186,9 @@ def _update(session: FetchSession, request: Any) -> None:
             session.upsert(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
 
 
-def _maybe_news(state: BrokerState, session: FetchSession, denied: set[str]) -> list[_Wanted]:
+def _maybe_news(
+    state: BrokerState, session: FetchSession, denied: set[str], fenced: dict[tuple[str, int], int]
+) -> list[_Wanted]:
     """The session partitions an incremental Fetch must read: all but those whose fetch offset is at
     the high watermark, unchanged (as is the log start offset) since the session last answered.
 
@@ -173,7 +199,7 @@ def _maybe_news(state: BrokerState, session: FetchSession, denied: set[str]) -> 
     """
     wanted: list[_Wanted] = []
     for p in session.partitions.values():
-        if p.topic not in denied:
+        if p.topic not in denied and (p.topic, p.partition) not in fenced:
             log = state.partition_log(p.topic, p.partition)
             if (
                 log is not None
@@ -220,7 +246,12 @@ def _session_news(
 
 
 def _read_all(
-    state: BrokerState, wanted: list[_Wanted], max_bytes: int, read_committed: bool, denied: set[str]
+    state: BrokerState,
+    wanted: list[_Wanted],
+    max_bytes: int,
+    read_committed: bool,
+    denied: set[str],
+    fenced: dict[tuple[str, int], int],
 ) -> tuple[list[tuple[str, list[PartitionResult]]], int, bool]:
     """(results grouped by topic in request order, record bytes, whether any partition failed)."""
     grouped: list[tuple[str, list[PartitionResult]]] = []
@@ -232,6 +263,8 @@ def _read_all(
         # even beyond the limits, so a consumer can always make progress.
         if w.topic in denied:
             result = PartitionResult(w.partition, ErrorCode.topic_authorization_failed.value)
+        elif fenced and (w.topic, w.partition) in fenced:
+            result = PartitionResult(w.partition, fenced[(w.topic, w.partition)])
         else:
             result = _read_partition(state, w, min(w.max_bytes, remaining), read_committed, total == 0)
         size = result.size
@@ -261,7 +294,8 @@ def _read_partition(
         log.log_start_offset,
         [] if read_committed else None,
     )
-    if not log.log_start_offset <= w.offset <= high_watermark:
+    # Out of range only past the log end: between the HW and the log end there is just nothing yet.
+    if not log.log_start_offset <= w.offset <= log.log_end_offset:
         result.error = ErrorCode.offset_out_of_range.value
         return result
     try:

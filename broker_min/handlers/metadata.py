@@ -1,9 +1,10 @@
 """Metadata (key 3), v0-12: this broker, the cluster id, and topics (auto-created when allowed).
 
-Every partition is led by this node with replicas = isr = [node id] and leader
-epoch 0.  Topics that do not exist are created on the spot when the broker
-allows it and the request does (``allow_auto_topic_creation`` from v4, always
-before), which librdkafka's and the Java client's tests rely on.
+Every partition is led by this node with replicas = isr = [node id] and the
+leader epoch of its log (0 from its creation on a single node).  Topics that do
+not exist are created on the spot when the broker allows it and the request
+does (``allow_auto_topic_creation`` from v4, always before), which librdkafka's
+and the Java client's tests rely on.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def _topic(state: BrokerState, cls: type, info: TopicInfo) -> Any:
             error_code=ErrorCode.none,
             partition_index=p,
             leader_id=state.node_id,
-            leader_epoch=0,
+            leader_epoch=state.leader_epoch(info.name, p),
             replica_nodes=node,
             isr_nodes=node,
             offline_replicas=(),

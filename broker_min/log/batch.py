@@ -161,20 +161,21 @@ def _raise_invalid(
     )
 
 
-def offset_header(header: BatchHeader, base_offset: int) -> bytes:
-    """The first 16 bytes of a stored batch: new baseOffset, its length, leader epoch 0.
+def offset_header(header: BatchHeader, base_offset: int, leader_epoch: int = 0) -> bytes:
+    """The first 16 bytes of a stored batch: new baseOffset, its length, the leader's epoch
+    (producers send -1 or anything; the leader overwrites it, as Kafka's does).
 
     These bytes are outside the CRC, so the rest of the batch is written as received.
     """
-    return _OFFSET_AND_EPOCH.pack(base_offset, header.batch_length, 0)
+    return _OFFSET_AND_EPOCH.pack(base_offset, header.batch_length, leader_epoch)
 
 
 def log_append_time_header(
-    data: memoryview, pos: int, header: BatchHeader, base_offset: int, now_ms: int
+    data: memoryview, pos: int, header: BatchHeader, base_offset: int, now_ms: int, leader_epoch: int = 0
 ) -> bytearray:
     """The 61-byte header of a batch restamped with LogAppendTime, CRC recomputed over the records."""
     head = bytearray(data[pos : pos + HEADER_SIZE])
-    _OFFSET_AND_EPOCH.pack_into(head, 0, base_offset, header.batch_length, 0)
+    _OFFSET_AND_EPOCH.pack_into(head, 0, base_offset, header.batch_length, leader_epoch)
     _I16.pack_into(head, ATTRIBUTES_OFFSET, header.attributes | TIMESTAMP_TYPE_BIT)
     _I64.pack_into(head, MAX_TIMESTAMP_OFFSET, now_ms)
     crc = crc32c(memoryview(head)[ATTRIBUTES_OFFSET:])

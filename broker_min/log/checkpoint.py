@@ -12,6 +12,8 @@ from pathlib import Path
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+#: Per data directory, as in Kafka: each partition's high watermark at the last clean shutdown.
+REPLICATION_OFFSET_CHECKPOINT_FILE = "replication-offset-checkpoint"
 LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
 TOPIC_CONFIG_FILE = "topic-config.properties"
 TMP_SUFFIX = ".tmp"
@@ -51,6 +53,33 @@ def read_offset_checkpoint(path: Path, topic: str, partition: int) -> int | None
             except ValueError:
                 return None
     return None
+
+
+def write_offsets_checkpoint(path: Path, offsets: dict[tuple[str, int], int], *, fsync: bool = False) -> None:
+    """A data directory's checkpoint of many partitions (e.g. ``replication-offset-checkpoint``)."""
+    lines = "".join(
+        f"{topic} {partition} {offset}\n" for (topic, partition), offset in sorted(offsets.items())
+    )
+    write_atomically(path, f"{_VERSION}\n{len(offsets)}\n{lines}", fsync=fsync)
+
+
+def read_offsets_checkpoint(path: Path) -> dict[tuple[str, int], int]:
+    """Every ``topic partition offset`` line of a data directory's checkpoint; {} if missing or unreadable."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return {}
+    if len(lines) < 2 or lines[0].strip() != str(_VERSION):
+        return {}
+    out: dict[tuple[str, int], int] = {}
+    for line in lines[2:]:
+        parts = line.split()
+        if len(parts) == 3 and parts[1].isdigit():
+            try:
+                out[(parts[0], int(parts[1]))] = int(parts[2])
+            except ValueError:
+                continue
+    return out
 
 
 def write_properties(path: Path, values: dict[str, str]) -> None:

@@ -5,7 +5,14 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from .checkpoint import TOPIC_CONFIG_FILE, read_properties, write_properties
+from .checkpoint import (
+    REPLICATION_OFFSET_CHECKPOINT_FILE,
+    TOPIC_CONFIG_FILE,
+    read_offsets_checkpoint,
+    read_properties,
+    write_offsets_checkpoint,
+    write_properties,
+)
 from .config import LogConfig
 from .errors import InvalidPartitionDirectoryError, LogError
 from .partition import PartitionLog, is_valid_topic_name, parse_partition_dir, partition_dir_name
@@ -19,6 +26,9 @@ class LogManager:
     Topic config overrides (the settings that differ from ``default_config``) are
     kept in each partition directory so that they survive a restart.  A directory
     that cannot be opened is logged and listed in :attr:`offline_dirs`, not fatal.
+    Every partition's high watermark is written to ``replication-offset-checkpoint``
+    at close, Kafka's per-data-directory file; a replicated partition will reopen at
+    it, a single-replica one at its log end (see :mod:`.partition`).
     """
 
     def __init__(self, data_dir: Path, default_config: LogConfig) -> None:
@@ -27,6 +37,7 @@ class LogManager:
         self.offline_dirs: list[Path] = []
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._checkpointed_hw = read_offsets_checkpoint(self.data_dir / REPLICATION_OFFSET_CHECKPOINT_FILE)
         for path in sorted(self.data_dir.iterdir()):
             if path.is_dir():
                 self._open_existing(path)
@@ -39,7 +50,9 @@ class LogManager:
             config = LogConfig.from_topic_configs(
                 read_properties(path / TOPIC_CONFIG_FILE), self.default_config
             )
-            self._logs[parsed] = PartitionLog.open(path, config)
+            self._logs[parsed] = PartitionLog.open(
+                path, config, high_watermark=self._checkpointed_hw.get(parsed)
+            )
         except (OSError, ValueError, LogError) as exc:
             logger.error("cannot open partition directory %s, leaving it offline: %s", path, exc)
             self.offline_dirs.append(path)
@@ -106,8 +119,17 @@ class LogManager:
         for log in self._logs.values():
             log.flush_if_due(now_ms)
 
+    def checkpoint_high_watermarks(self) -> None:
+        """Write every open partition's high watermark to ``replication-offset-checkpoint``."""
+        offsets = {key: log.high_watermark for key, log in self._logs.items() if not log.closed}
+        write_offsets_checkpoint(self.data_dir / REPLICATION_OFFSET_CHECKPOINT_FILE, offsets, fsync=True)
+
     def close(self) -> None:
         """Close every log cleanly (each flushes and leaves its clean-shutdown marker)."""
+        try:
+            self.checkpoint_high_watermarks()
+        except OSError as exc:
+            logger.error("writing %s failed: %s", REPLICATION_OFFSET_CHECKPOINT_FILE, exc)
         for key, log in list(self._logs.items()):
             try:
                 log.close()

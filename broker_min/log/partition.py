@@ -7,6 +7,26 @@ Nothing is fsync'ed unless the flush policy (flush.messages / flush.ms) or
 :meth:`PartitionLog.flush` asks; ``close`` flushes and leaves a clean-shutdown
 marker, without which the next open re-verifies every segment from the last
 flushed offset (the recovery point) and truncates a torn tail.
+
+Leader epochs: every appended batch is stamped with the partition's
+:attr:`PartitionLog.leader_epoch` (outside the CRC, like the offset) and the
+:class:`~.leader_epochs.LeaderEpochCache` (``leader-epoch-checkpoint``) records
+where each epoch starts.  The cache is cut with the log: at its end when
+recovery truncates a torn tail, at its start when retention or DeleteRecords
+move the log start; it is validated against the log on every open and rebuilt
+from the batches' partitionLeaderEpoch when its file is missing or unreadable.
+Compaction keeps batches' offsets and epochs, so it leaves the cache alone.
+A single node leads every partition in epoch 0 from its creation;
+:meth:`PartitionLog.become_leader` is the hook for a later epoch.
+
+High watermark: :attr:`PartitionLog.high_watermark` is kept apart from the log
+end offset.  It is the bound of everything consumers see: Fetch reads below it
+(or below the LSO, which never exceeds it), ListOffsets "latest" answers it and
+timestamp lookups ignore offsets at or above it.  With ``single_replica`` (the
+only mode today) every append is committed at once, so HW = LEO after each
+append and after recovery; a replicated partition will open at its
+checkpointed HW (Kafka's ``replication-offset-checkpoint``, written by the
+:class:`~.manager.LogManager`) and move it with :meth:`PartitionLog.update_high_watermark`.
 """
 
 from __future__ import annotations
@@ -40,6 +60,7 @@ from .checkpoint import (
 )
 from .config import LogConfig
 from .errors import InvalidPartitionDirectoryError, LogError, OffsetOutOfRange
+from .leader_epochs import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, BytesLike, FileSlice, LogSegment
 from .swap import SWAP_SUFFIX, fsync_dir, recover_swaps, swap_failpoint
 
@@ -105,6 +126,9 @@ class PartitionLog:
         log_start_offset: int,
         recovery_point: int,
         opened_ms: int,
+        epochs: LeaderEpochCache | None = None,
+        high_watermark: int | None = None,
+        single_replica: bool = True,
     ) -> None:
         self.directory = directory
         self.topic = topic
@@ -118,17 +142,40 @@ class PartitionLog:
         self._sealed_unflushed: list[LogSegment] = []
         self._last_flush_ms = opened_ms
         self._closed = False
+        self._epochs = (
+            epochs if epochs is not None else LeaderEpochCache(directory / LEADER_EPOCH_CHECKPOINT_FILE)
+        )
+        #: The epoch stamped into appended batches: this node's current leader epoch for the partition.
+        self.leader_epoch = max(self._epochs.latest_epoch, 0)
+        self.single_replica = single_replica
+        log_end = self.log_end_offset
+        self._high_watermark = (
+            log_end
+            if single_replica or high_watermark is None
+            else min(max(high_watermark, log_start_offset), log_end)
+        )
 
     # ---- opening -----------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, directory: Path, config: LogConfig, *, now_ms: int | None = None) -> PartitionLog:
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        now_ms: int | None = None,
+        high_watermark: int | None = None,
+        single_replica: bool = True,
+    ) -> PartitionLog:
         """Open the log in ``directory`` (named ``<topic>-<partition>``), creating it if needed.
 
         Without a clean-shutdown marker every segment from the recovery point on is
         re-verified batch by batch (structure, offsets, CRC-32C), indexes rebuilt and a
         torn or corrupt tail truncated.  Indexes that are missing or fail a sanity check
-        are rebuilt in any case.
+        are rebuilt in any case.  The leader-epoch cache is loaded, cut to the
+        recovered log and completed from the batches that recovery re-read (rebuilt
+        from every batch if its file is missing).  ``high_watermark`` (a replicated
+        partition's checkpointed HW) is ignored when ``single_replica``: HW = LEO then.
         """
         directory = Path(directory)
         parsed = parse_partition_dir(directory.name)
@@ -158,10 +205,42 @@ class PartitionLog:
         log_start = min(max(stored_start or 0, segments[0].base_offset), log_end)
         if not clean:
             logger.info("recovered %s-%d: log start %d, log end %d", topic, partition, log_start, log_end)
+        recovery_point = min(recovery_point, log_end)
+        epochs = LeaderEpochCache.load(directory / LEADER_EPOCH_CHECKPOINT_FILE)
+        log = cls(
+            directory, topic, partition, config, segments, log_start, recovery_point, now,
+            epochs if epochs is not None else LeaderEpochCache(directory / LEADER_EPOCH_CHECKPOINT_FILE),
+            high_watermark, single_replica,
+        )  # fmt: skip
+        log._load_epochs(rebuild=epochs is None, scan_from=None if clean else recovery_point)
         marker.unlink(missing_ok=True)  # from now on a crash must trigger recovery
-        return cls(
-            directory, topic, partition, config, segments, log_start, min(recovery_point, log_end), now
-        )
+        return log
+
+    def _load_epochs(self, *, rebuild: bool, scan_from: int | None) -> None:
+        """Make the epoch cache agree with the log just opened (Kafka's LogLoader does the same).
+
+        Entries past the log end are dropped (a torn tail was cut, or the file is newer
+        than the data); batches that recovery re-verified, or all of them when the file
+        was missing, add their partitionLeaderEpoch; the first entry is moved up to the
+        log start.  A log without any entry gets ``(leader_epoch, log end)``: the leader's
+        epoch starts where it takes over (Kafka's makeLeader).
+        """
+        cache = self._epochs
+        log_end = self.log_end_offset
+        changed = rebuild or cache.truncate_from_end(log_end, write=False)
+        if rebuild:
+            cache.clear()
+            scan_from = self.log_start_offset
+        if scan_from is not None and scan_from < log_end:
+            for header, _ in self.iter_batches(scan_from):
+                if header.partition_leader_epoch >= 0:
+                    changed |= cache.assign(header.partition_leader_epoch, header.base_offset, write=False)
+        changed |= cache.truncate_from_start(self.log_start_offset)
+        if not cache.entries:
+            changed |= cache.assign(self.leader_epoch, log_end, write=False)
+        self.leader_epoch = max(cache.latest_epoch, self.leader_epoch)
+        if changed:
+            cache.write()
 
     # ---- state -------------------------------------------------------------------------------
 
@@ -172,8 +251,40 @@ class PartitionLog:
 
     @property
     def high_watermark(self) -> int:
-        """Everything appended is committed on a single node."""
-        return self._segments[-1].next_offset
+        """The end of the committed log: consumers read below it (see the module docstring)."""
+        return self._high_watermark
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the HW (clamped to [log start, log end]) as replication decides it; returns it.
+
+        A single-replica log moves it itself on every append; calling this is for the
+        replication layer.  It may go down only as a leader change's truncation demands.
+        """
+        self._high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+        return self._high_watermark
+
+    @property
+    def leader_epochs(self) -> LeaderEpochCache:
+        """The partition's leader-epoch cache (read it; change it through this log's methods)."""
+        return self._epochs
+
+    def become_leader(self, epoch: int) -> None:
+        """This node leads the partition from ``epoch`` on: later appends are stamped with it and it
+        starts at the log end offset in the cache (Kafka's maybeAssignEpochStartOffset)."""
+        self._check_open()
+        if epoch < self.leader_epoch:
+            raise ValueError(f"leader epoch {epoch} is older than the current {self.leader_epoch}")
+        self.leader_epoch = epoch
+        self._epochs.assign(epoch, self.log_end_offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """``(epoch, end offset)`` OffsetForLeaderEpoch answers for ``epoch``; ``(-1, -1)`` if unknown."""
+        found = self._epochs.end_offset_for(epoch, self.log_end_offset)
+        return found.epoch, found.start_offset
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """The leader epoch under which ``offset`` was written (-1 if the cache has none)."""
+        return self._epochs.epoch_for_offset(offset)
 
     @property
     def size_in_bytes(self) -> int:
@@ -211,11 +322,15 @@ class PartitionLog:
         append_time = now if config.log_append_time else -1
         buffers, placed, batches = self._assign_offsets(view, checked, append_time)
         first, last = batches[0], batches[-1]
+        # No-op unless become_leader's entry was lost: keeps the cache covering every batch.
+        self._epochs.assign(self.leader_epoch, first.base_offset)
         max_timestamp = first.max_timestamp if len(batches) == 1 else max(b.max_timestamp for b in batches)
         segment = self._segments[-1]
         if segment.needs_roll(len(view), max_timestamp, last.last_offset, config, now):
             segment = self.roll(now_ms=now)
         segment.append(buffers, len(view), placed)
+        if self.single_replica:
+            self._high_watermark = last.last_offset + 1  # committed at once: no follower to wait for
         self._unflushed_messages += last.last_offset - first.base_offset + 1
         if config.flush_messages is not None and self._unflushed_messages >= config.flush_messages:
             self.flush(now_ms=now)
@@ -226,17 +341,18 @@ class PartitionLog:
     ) -> tuple[list[BytesLike], list[tuple[int, int, int, int]], list[AppendedBatch]]:
         """New leading bytes for each batch (offset, and LogAppendTime if configured) + the rest as is."""
         next_offset = self.log_end_offset
+        epoch = self.leader_epoch
         buffers: list[BytesLike] = []
         placed: list[tuple[int, int, int, int]] = []
         batches: list[AppendedBatch] = []
         for pos, header in checked:
             end = pos + header.batch_length + LOG_OVERHEAD
             if append_time < 0:
-                buffers.append(offset_header(header, next_offset))
+                buffers.append(offset_header(header, next_offset, epoch))
                 buffers.append(view[pos + _OFFSET_HEADER_SIZE : end])
                 max_timestamp = header.max_timestamp
             else:
-                head = log_append_time_header(view, pos, header, next_offset, append_time)
+                head = log_append_time_header(view, pos, header, next_offset, append_time, epoch)
                 buffers.append(head)
                 buffers.append(view[pos + len(head) : end])
                 max_timestamp = append_time
@@ -368,6 +484,7 @@ class PartitionLog:
             return
         self.log_start_offset = offset
         write_offset_checkpoint(self.directory / LOG_START_OFFSET_FILE, self.topic, self.partition, offset)
+        self._epochs.truncate_from_start(offset)
         count = 0
         while count < len(self._segments) - 1 and self._segments[count + 1].base_offset <= offset:
             count += 1
@@ -414,6 +531,7 @@ class PartitionLog:
             segment.delete()
         self._sealed_unflushed = [s for s in self._sealed_unflushed if s not in doomed]
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        self._epochs.truncate_from_start(self.log_start_offset)
 
     # ---- flush and close ---------------------------------------------------------------------
 
@@ -451,6 +569,7 @@ class PartitionLog:
         write_offset_checkpoint(
             self.directory / LOG_START_OFFSET_FILE, self.topic, self.partition, self.log_start_offset
         )
+        self._epochs.write()  # a start moved by retention is written only here (see leader_epochs)
         for segment in self._segments:
             segment.close()
         (self.directory / CLEAN_SHUTDOWN_FILE).touch()
