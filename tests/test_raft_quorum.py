@@ -245,7 +245,9 @@ async def test_a_node_with_a_stale_log_cannot_win_an_election(quorum: Quorum) ->
     await quorum.start(2, election_timeout_ms=400)
     await quorum.start(3, election_timeout_ms=60, fetch_timeout_ms=200)
     leader, _ = await quorum.agreed_leader(timeout=10)
-    if leader == 3:
+    for _attempt in range(20):  # the eager node may win again after resigning (its log is as good)
+        if leader != 3:
+            break
         await quorum.endpoints[3].node.resign()
         leader, _ = await quorum.agreed_leader(timeout=10)
     assert leader != 3

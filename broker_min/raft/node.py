@@ -295,15 +295,16 @@ class RaftNode:
         if self.role is not Role.LEADER:
             return self._fetch_error(m.NOT_LEADER_OR_FOLLOWER)
         generation = self._generation
+        replica = params.replica_id
+        if replica in self.config.voters:
+            self._replica_seen[replica] = self._now()  # alive, even while it truncates (check quorum)
         diverging = self.log.diverging(params.fetch_offset, params.last_fetched_epoch)
         if diverging is not None:
             return m.fetch_response(
                 m.FetchAnswer(m.NONE, self.config.node_id, self.epoch, self.high_watermark, b"", diverging)
             )
-        replica = params.replica_id
         if replica in self.config.voters and replica != self.config.node_id:
             self._replica_end[replica] = params.fetch_offset
-            self._replica_seen[replica] = self._now()
             self._begun.add(replica)
             if self._update_high_watermark():
                 self._wake()
