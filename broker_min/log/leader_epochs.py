@@ -49,6 +49,8 @@ class LeaderEpochCache:
     def __init__(self, path: Path, entries: list[EpochEntry] | None = None) -> None:
         self.path = path
         self._entries: list[EpochEntry] = list(entries or [])
+        #: Changed in memory since the file was last written (only truncate_from_start defers it).
+        self.dirty = False
 
     # ---- persistence -------------------------------------------------------------------------
 
@@ -83,6 +85,7 @@ class LeaderEpochCache:
         """Rewrite the checkpoint file (atomic replace, fsync'ed)."""
         body = "".join(f"{e.epoch} {e.start_offset}\n" for e in self._entries)
         write_atomically(self.path, f"{_VERSION}\n{len(self._entries)}\n{body}", fsync=True)
+        self.dirty = False
 
     # ---- queries -----------------------------------------------------------------------------
 
@@ -164,6 +167,7 @@ class LeaderEpochCache:
         if below == 1 and last.start_offset == start_offset:
             return False
         entries[:below] = [EpochEntry(last.epoch, start_offset)]
+        self.dirty = True
         return True
 
     def clear(self) -> None:

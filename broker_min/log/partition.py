@@ -569,7 +569,8 @@ class PartitionLog:
         write_offset_checkpoint(
             self.directory / LOG_START_OFFSET_FILE, self.topic, self.partition, self.log_start_offset
         )
-        self._epochs.write()  # a start moved by retention is written only here (see leader_epochs)
+        if self._epochs.dirty:  # a start moved by retention is written only here (see leader_epochs)
+            self._epochs.write()
         for segment in self._segments:
             segment.close()
         (self.directory / CLEAN_SHUTDOWN_FILE).touch()
