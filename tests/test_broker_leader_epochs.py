@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import datetime
 import struct
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ from kafkakit.records import encode_batch
 from kio.schema.errors import ErrorCode
 from test_log import NOW, make_batch
 
-from tests.brokers import BrokerMinProcess
+from tests.brokers import BrokerMinProcess, KafkaServer
 from tests.raw_protocol import RawClient, req, sub
 
 OFFSET_FOR_LEADER_EPOCH = 23
@@ -332,3 +334,119 @@ async def _setup_more(bootstrap: str, topic: str, count: int) -> None:
     async with Producer(bootstrap_servers=bootstrap, acks="all") as producer:
         futures = [await producer.send(topic, f"w{i}".encode(), partition=0) for i in range(count)]
         await asyncio.gather(*futures)
+
+
+# ---- a second leader epoch: Kafka after a restart, broker_min with the same epoch history ------
+
+
+class _RestartableKafka(KafkaServer):
+    """A KafkaServer that restarts on its data: a single KRaft node's controlled shutdown leaves its
+    partitions leaderless and the restart elects it again, each step bumping the leader epoch."""
+
+    def restart(self) -> None:
+        assert self._proc is not None and self.lib_dir is not None
+        self._proc.terminate()
+        self._proc.wait(timeout=30)
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                self._java_command("kafka.Kafka", str(self.config_path)),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.work_dir,
+            )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if self._is_ready():
+                    return
+            except OSError:
+                pass
+            time.sleep(0.3)
+        raise AssertionError("Kafka did not come back")
+
+
+async def _leader_epoch_of(bootstrap: str, topic: str) -> int:
+    for _ in range(100):
+        async with Admin(bootstrap_servers=bootstrap) as admin:
+            (description,) = await admin.describe_topics([topic])
+        partition = description.partitions[0]
+        if partition.leader >= 0:
+            return int(partition.leader_epoch)
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{topic} has no leader")
+
+
+async def _answers_after_a_second_epoch(bootstrap: str, topic: str, epoch: int) -> dict[str, Any]:
+    """What both brokers must answer once ``epoch`` started at offset 3 and 2 records followed."""
+    await _setup_more(bootstrap, topic, 2)
+    client = await RawClient.connect(bootstrap)
+    try:
+        listed = []
+        for ts in (-2, -1):
+            part = sub(LIST_OFFSETS, 7, "ListOffsetsPartition", partition_index=0, timestamp=ts,
+                       current_leader_epoch=epoch)  # fmt: skip
+            response = await client.call(
+                req(LIST_OFFSETS, 7, replica_id=-1, isolation_level=0,
+                    topics=(sub(LIST_OFFSETS, 7, "ListOffsetsTopic", name=topic, partitions=(part,)),))
+            )  # fmt: skip
+            (p,) = response.topics[0].partitions
+            listed.append((int(p.error_code), int(p.offset), int(p.leader_epoch)))
+    finally:
+        client.close()
+    queries = [
+        (0, 0, -1),
+        (0, epoch - 1, -1),
+        (0, epoch, epoch),
+        (0, epoch + 3, -1),
+        (0, 0, 0),
+        (0, 0, epoch + 1),
+    ]
+    return {"epoch_ends": await _epoch_ends(bootstrap, topic, queries), "list_offsets": listed}
+
+
+def _expected(epoch: int) -> dict[str, Any]:
+    return {
+        "epoch_ends": [
+            (0, 0, 3),  # epoch 0 ended where the new leader's epoch began
+            (0, 0, 3),  # an epoch between them never led: the largest earlier one answers
+            (0, epoch, 5),  # the current epoch ends at the log end
+            (0, -1, -1),  # a future epoch
+            (ErrorCode.fenced_leader_epoch.value, -1, -1),  # the client still believes in epoch 0
+            (ErrorCode.unknown_leader_epoch.value, -1, -1),
+        ],
+        "list_offsets": [(0, 0, 0), (0, 5, epoch)],  # earliest: epoch 0's offset; latest: the current epoch
+    }
+
+
+async def test_a_second_leader_epoch_on_kafka_after_a_restart(tmp_path: Path) -> None:
+    kafka = _RestartableKafka(tmp_path / "kafka")
+    kafka.start()
+    try:
+        bootstrap = kafka.bootstrap_servers
+        await _setup(bootstrap, "epochs", 3)
+        kafka.restart()
+        epoch = await _leader_epoch_of(bootstrap, "epochs")
+        assert epoch > 1  # leaderless at the shutdown, elected at the restart
+        assert await _answers_after_a_second_epoch(bootstrap, "epochs", epoch) == _expected(epoch)
+        directory = tmp_path / "kafka" / "data" / "epochs-0"
+        assert (directory / LEADER_EPOCH_CHECKPOINT_FILE).read_text() == f"0\n2\n0 0\n{epoch} 3\n"
+        assert [e for _, e in _stored_epochs(directory)] == [0, epoch]
+    finally:
+        kafka.stop()
+
+
+async def test_a_second_leader_epoch_on_broker_min_answers_as_kafka_does(
+    broker_min_process: BrokerMinProcess,
+) -> None:
+    bootstrap = broker_min_process.bootstrap_servers
+    await _setup(bootstrap, "epochs", 3)
+    broker_min_process.stop()
+    epoch = 2  # what Kafka's single node reaches after one restart
+    directory = Path(broker_min_process.data_dir) / "epochs-0"
+    (directory / LEADER_EPOCH_CHECKPOINT_FILE).write_text(f"0\n2\n0 0\n{epoch} 3\n")
+    broker_min_process.start()
+    assert await _leader_epoch_of(bootstrap, "epochs") == epoch
+    assert await _answers_after_a_second_epoch(bootstrap, "epochs", epoch) == _expected(epoch)
+    assert (directory / LEADER_EPOCH_CHECKPOINT_FILE).read_text() == f"0\n2\n0 0\n{epoch} 3\n"
+    assert [e for _, e in _stored_epochs(directory)] == [0, epoch]
