@@ -23,19 +23,30 @@ What maps to what in Apache Kafka (raft/src/main/java/org/apache/kafka/raft):
   Fetch's DivergingEpoch from ``endOffsetForEpoch``.
 - ``messages.py``: Vote v0, BeginQuorumEpoch v0, EndQuorumEpoch v0 and Fetch v17 (ReplicaState,
   the metadata topic id, LastFetchedEpoch, DivergingEpoch, CurrentLeader) as kio objects.
-- ``transport.py``: a Kafka-protocol TCP server per node (plus ApiVersions) and per-peer client
+- ``transport.py``: a Kafka-protocol TCP server per node (plus ApiVersions and FetchSnapshot) and per-peer client
   connections with reconnects and timeouts; the state machine only sees :class:`Transport`.
 
-Public API: :meth:`RaftNode.append` (leader; returns once committed), :meth:`RaftNode.register` /
-:meth:`RaftNode.committed` (committed entries in order), :meth:`RaftNode.leader_and_epoch`,
-:meth:`RaftNode.wait_for_leader`, :meth:`RaftNode.resign`; :func:`start_endpoint` starts a node
-with its own listener.
+- ``snapshot.py`` (KIP-630): ``<end offset>-<epoch>.checkpoint`` files written atomically;
+  :meth:`RaftNode.snapshot` stores the state machine's records as of a committed offset and
+  restarts the log there (a new segment named by its base offset); a leader answers a Fetch
+  below its log start with the SnapshotId, and the follower downloads it with FetchSnapshot v0
+  in chunks, installs it and hands it to the listeners' ``on_snapshot``.
 
-Not built yet: snapshots and FetchSnapshot (KIP-630; the log is kept whole and replayed from
-offset 0 after a restart, :class:`NotYetSupportedError` marks where a snapshot would be needed),
-observers (non-voter fetchers), voter changes (KIP-853), pre-vote (KIP-996), fetch sessions,
-the high watermark being persisted, the LeaderChangeMessage body of the control entry,
-and routing these APIs through the broker's controller listener.
+Public API: :meth:`RaftNode.append` (leader; returns once committed), :meth:`RaftNode.register` /
+:meth:`RaftNode.committed` (committed entries in order; ``on_snapshot`` for snapshots),
+:meth:`RaftNode.snapshot`, :meth:`RaftNode.leader_and_epoch`, :meth:`RaftNode.wait_for_leader`,
+:meth:`RaftNode.resign`; :func:`start_endpoint` starts a node with its own listener;
+``python -m kafkakit.broker.raft`` runs one voter as a process (test harness).
+
+Not built yet: the SnapshotHeader/SnapshotFooter control records inside snapshot files and a
+snapshot policy (the state machine calls :meth:`RaftNode.snapshot`; the log prefix is dropped at
+once rather than kept for lagging followers), observers (non-voter fetchers), voter changes
+(KIP-853), pre-vote (KIP-996), fetch sessions, persisting the high watermark (after a restart the
+log above the snapshot is replayed once the leader tells the high watermark), the
+LeaderChangeMessage body of the control entry, and routing these APIs through the broker's
+controller listener. :class:`NotYetSupportedError` marks a listener registered without
+``on_snapshot`` on a log that starts from a snapshot, and a leader asking to truncate below the
+high watermark.
 """
 
 from __future__ import annotations
@@ -43,7 +54,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .config import RaftConfig, Voter, parse_voters
-from .log import LogEntry, RaftLog
+from .log import LogEntry, RaftLog, SnapshotId
 from .node import (
     CommittedRecord,
     LeaderAndEpoch,
@@ -51,6 +62,7 @@ from .node import (
     NotYetSupportedError,
     RaftNode,
     Role,
+    Snapshot,
     Transport,
 )
 from .quorum_state import ElectionState, QuorumStateStore
@@ -82,6 +94,8 @@ __all__ = [
     "RaftPeers",
     "RaftServer",
     "Role",
+    "Snapshot",
+    "SnapshotId",
     "Transport",
     "Voter",
     "parse_voters",

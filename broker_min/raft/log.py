@@ -21,6 +21,7 @@ derived from the batches on load instead of being checkpointed.
 from __future__ import annotations
 
 import os
+import re
 import struct
 import time
 from collections.abc import Sequence
@@ -32,7 +33,7 @@ from kafkakit.records import decode_raw_records, encode_batch, iter_batch_header
 
 TOPIC = "__cluster_metadata"
 PARTITION_DIR = f"{TOPIC}-0"
-SEGMENT_NAME = f"{0:020d}.log"
+_SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 _CONTROL_ATTRIBUTE = 0x20
 _ATTRIBUTES_AT = 21
 #: The key of Kafka's LEADER_CHANGE control record: int16 version 0, int16 type 2.
@@ -47,6 +48,34 @@ class LogEntry:
     epoch: int
     value: bytes
     control: bool = False
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SnapshotId:
+    """A snapshot's end offset (exclusive) and the epoch of its last entry."""
+
+    end_offset: int
+    epoch: int
+
+    @property
+    def file_name(self) -> str:
+        """Kafka's snapshot file name: ``%020d-%010d.checkpoint``."""
+        return f"{self.end_offset:020d}-{self.epoch:010d}.checkpoint"
+
+
+def snapshot_ids(directory: Path) -> list[SnapshotId]:
+    """The complete snapshots in ``directory``, oldest first."""
+    found = []
+    for path in directory.glob("*.checkpoint"):
+        match = _SNAPSHOT_NAME.match(path.name)
+        if match:
+            found.append(SnapshotId(int(match.group(1)), int(match.group(2))))
+    return sorted(found)
+
+
+def segment_name(base_offset: int) -> str:
+    """Kafka's segment file name for ``base_offset``."""
+    return f"{base_offset:020d}.log"
 
 
 class CorruptLogError(Exception):
@@ -109,7 +138,13 @@ class RaftLog:
     def __init__(self, directory: Path) -> None:
         self.directory = directory / PARTITION_DIR
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.path = self.directory / SEGMENT_NAME
+        segments = sorted(self.directory.glob("*.log"))
+        self.path = segments[-1] if segments else self.directory / segment_name(0)
+        #: The log start offset; entries below it live only in the snapshot ending there.
+        self._start = int(self.path.name[:20]) if segments else 0
+        snapshot = next((s for s in snapshot_ids(self.directory) if s.end_offset == self._start), None)
+        #: The epoch of the entry just below the start (the snapshot's epoch), 0 at offset 0.
+        self._base_epoch = snapshot.epoch if snapshot is not None else 0
         self._entries: list[LogEntry] = []
         #: (base offset, file position) of every batch, to truncate inside the file.
         self._batches: list[tuple[int, int]] = []
@@ -127,7 +162,7 @@ class RaftLog:
             if batch_pos != pos or not verify_crc(data, batch_pos, header):
                 break
             entries, size = decode_entries(data[batch_pos : batch_pos + header.size])
-            if size != header.size or not entries or entries[0].offset != len(self._entries):
+            if size != header.size or not entries or entries[0].offset != self.end_offset:
                 break
             self._batches.append((entries[0].offset, batch_pos))
             for e in entries:
@@ -149,22 +184,31 @@ class RaftLog:
         self._file.close()
 
     @property
+    def start_offset(self) -> int:
+        """The log start offset (0, or the end offset of the snapshot the log continues)."""
+        return self._start
+
+    @property
     def end_offset(self) -> int:
         """The log end offset: the offset the next entry gets."""
-        return len(self._entries)
+        return self._start + len(self._entries)
 
     @property
     def last_epoch(self) -> int:
-        """The epoch of the last entry (0 for an empty log)."""
-        return self._epochs[-1][0] if self._epochs else 0
+        """The epoch of the last entry (0 for an empty log, the snapshot's after a snapshot)."""
+        return self._epochs[-1][0] if self._epochs else self._base_epoch
 
     def entry(self, offset: int) -> LogEntry:
-        """The entry at ``offset``."""
-        return self._entries[offset]
+        """The entry at ``offset`` (at least the start offset)."""
+        if offset < self._start:
+            raise IndexError(f"offset {offset} is below the log start offset {self._start}")
+        return self._entries[offset - self._start]
 
     def entries(self, start: int, end: int | None = None) -> list[LogEntry]:
-        """Entries with ``start <= offset < end``."""
-        return self._entries[start:end]
+        """Entries with ``start <= offset < end`` (those still in the log, above its start offset)."""
+        low = max(start - self._start, 0)
+        high = None if end is None else max(end - self._start, 0)
+        return self._entries[low:high]
 
     def epoch_start_offset(self, epoch: int) -> int | None:
         """The first offset of ``epoch`` in this log, None when it has no entry of that epoch."""
@@ -178,7 +222,7 @@ class RaftLog:
 
         (-1, 0) when no entry has an epoch <= ``epoch``.
         """
-        found = (-1, 0)
+        found = (self._base_epoch, self._start) if self._start > 0 and self._base_epoch <= epoch else (-1, 0)
         for i, (e, _start) in enumerate(self._epochs):
             if e > epoch:
                 break
@@ -224,16 +268,18 @@ class RaftLog:
         """Drop every entry at ``offset`` or above (a divergent, uncommitted tail)."""
         if offset >= self.end_offset:
             return
+        if offset < self._start:
+            raise ValueError(f"truncation to {offset}, below the log start offset {self._start}")
         # The batch holding ``offset`` is cut at its start; its entries below ``offset`` are rewritten.
         index = max(i for i, (base, _pos) in enumerate(self._batches) if base <= offset)
         cut_base, cut_pos = self._batches[index]
         keep_batches = self._batches[:index]
-        survivors = self._entries[cut_base:offset]
+        survivors = self._entries[cut_base - self._start : offset - self._start]
         self._file.flush()
         self._file.truncate(cut_pos)
         self._file.seek(cut_pos)
         self._batches = keep_batches
-        self._entries = self._entries[:cut_base]
+        self._entries = self._entries[: cut_base - self._start]
         self._epochs = [(e, s) for e, s in self._epochs if s < cut_base]
         if self._entries and (not self._epochs or self._epochs[-1][0] != self._entries[-1].epoch):
             self._epochs.append((self._entries[-1].epoch, self._entries[-1].offset))
@@ -246,9 +292,43 @@ class RaftLog:
         """Record batches of the entries from ``start``, about ``max_bytes`` at most (at least one entry)."""
         chosen: list[LogEntry] = []
         size = 0
-        for e in self._entries[start:]:
+        for e in self.entries(start):
             size += len(e.value) + 32
             if chosen and size > max_bytes:
                 break
             chosen.append(e)
         return encode_entries(chosen)
+
+    def restart_at(self, start: int, base_epoch: int) -> None:
+        """Make ``start`` the log start offset (a snapshot now ends there), keeping the entries above it.
+
+        The kept entries move to a new segment named by its base offset, written and
+        fsynced before the old segment is removed.
+        """
+        keep = self.entries(start)
+        if keep and keep[0].offset != start:
+            raise ValueError(f"the log does not reach offset {start}")
+        new_path = self.directory / segment_name(start)
+        part = new_path.with_name(new_path.name + ".part")
+        data = encode_entries(keep)
+        with open(part, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        self._file.close()
+        os.replace(part, new_path)
+        if self.path != new_path:
+            self.path.unlink(missing_ok=True)
+        dir_fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        self.path = new_path
+        self._start, self._base_epoch = start, base_epoch
+        self._entries, self._batches, self._epochs = [], [], []
+        for pos, header in iter_batch_headers(data):
+            self._batches.append((header.base_offset, pos))
+        for e in keep:
+            self._remember(e)
+        self._file = open(self.path, "ab")  # noqa: SIM115 - held open for the log's lifetime

@@ -20,9 +20,10 @@ VOTE = 52
 BEGIN_QUORUM_EPOCH = 53
 END_QUORUM_EPOCH = 54
 FETCH = 1
+FETCH_SNAPSHOT = 59
 API_VERSIONS = 18
 #: (api key, version) the quorum sends; the server accepts exactly these (plus ApiVersions 0-3).
-VERSIONS: dict[int, int] = {VOTE: 0, BEGIN_QUORUM_EPOCH: 0, END_QUORUM_EPOCH: 0, FETCH: 17}
+VERSIONS: dict[int, int] = {VOTE: 0, BEGIN_QUORUM_EPOCH: 0, END_QUORUM_EPOCH: 0, FETCH: 17, FETCH_SNAPSHOT: 0}
 #: Kafka's Uuid.METADATA_TOPIC_ID (AAAAAAAAAAAAAAAAAAAAAQ).
 METADATA_TOPIC_ID = uuid.UUID(int=1)
 NONE = 0
@@ -31,6 +32,8 @@ FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 75
 INCONSISTENT_CLUSTER_ID = 104
 UNKNOWN_TOPIC_OR_PARTITION = 3
+SNAPSHOT_NOT_FOUND = 98
+POSITION_OUT_OF_RANGE = 99
 
 
 def vote_request(cluster_id: str, epoch: int, candidate: int, last_epoch: int, end_offset: int) -> Any:
@@ -180,6 +183,7 @@ class FetchAnswer:
     high_watermark: int
     records: bytes
     diverging: tuple[int, int] | None  # (epoch, end offset)
+    snapshot: tuple[int, int] | None = None  # (end offset, epoch): fetch this snapshot first
 
 
 def fetch_response(answer: FetchAnswer) -> Any:
@@ -195,6 +199,8 @@ def fetch_response(answer: FetchAnswer) -> Any:
         "preferred_read_replica": -1,
         "records": answer.records,
     }
+    if answer.snapshot is not None:
+        partition["snapshot_id"] = {"end_offset": answer.snapshot[0], "epoch": answer.snapshot[1]}
     if answer.diverging is not None:
         partition["diverging_epoch"] = {"epoch": answer.diverging[0], "end_offset": answer.diverging[1]}
     return make_response(
@@ -214,6 +220,8 @@ def parse_fetch_response(response: Any) -> FetchAnswer:
     p = response.responses[0].partitions[0]
     div = p.diverging_epoch
     diverging = (int(div.epoch), int(div.end_offset)) if int(div.end_offset) >= 0 else None
+    snap = p.snapshot_id
+    snapshot = (int(snap.end_offset), int(snap.epoch)) if int(snap.end_offset) >= 0 else None
     return FetchAnswer(
         int(p.error_code),
         int(p.current_leader.leader_id),
@@ -221,4 +229,105 @@ def parse_fetch_response(response: Any) -> FetchAnswer:
         int(p.high_watermark),
         bytes(p.records or b""),
         diverging,
+        snapshot,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotChunkRequest:
+    """What a FetchSnapshot asks: a byte range of one snapshot."""
+
+    replica_id: int
+    leader_epoch: int
+    end_offset: int
+    epoch: int
+    position: int
+    max_bytes: int
+
+
+def fetch_snapshot_request(cluster_id: str, ask: SnapshotChunkRequest) -> Any:
+    """A follower's FetchSnapshot of the metadata partition."""
+    partition = {
+        "partition": 0,
+        "current_leader_epoch": ask.leader_epoch,
+        "snapshot_id": {"end_offset": ask.end_offset, "epoch": ask.epoch},
+        "position": ask.position,
+    }
+    return make_request(
+        FETCH_SNAPSHOT,
+        VERSIONS[FETCH_SNAPSHOT],
+        cluster_id=cluster_id,
+        replica_id=ask.replica_id,
+        max_bytes=ask.max_bytes,
+        topics=[{"name": TOPIC, "partitions": [partition]}],
+    )
+
+
+def parse_fetch_snapshot_request(request: Any) -> SnapshotChunkRequest | None:
+    """The asked snapshot range, None when the request is not for the metadata partition."""
+    for topic in request.topics:
+        if topic.name == TOPIC:
+            for p in topic.partitions:
+                if p.partition == 0:
+                    return SnapshotChunkRequest(
+                        int(request.replica_id),
+                        int(p.current_leader_epoch),
+                        int(p.snapshot_id.end_offset),
+                        int(p.snapshot_id.epoch),
+                        int(p.position),
+                        int(request.max_bytes),
+                    )
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotChunk:
+    """A FetchSnapshot answer: the bytes at ``position`` of a snapshot of ``size`` bytes."""
+
+    error: int
+    leader_id: int
+    leader_epoch: int
+    end_offset: int
+    epoch: int
+    size: int
+    position: int
+    data: bytes
+
+
+def fetch_snapshot_response(chunk: SnapshotChunk) -> Any:
+    """A FetchSnapshot response for the metadata partition."""
+    partition = {
+        "index": 0,
+        "error_code": chunk.error,
+        "snapshot_id": {"end_offset": chunk.end_offset, "epoch": chunk.epoch},
+        "current_leader": {"leader_id": chunk.leader_id, "leader_epoch": chunk.leader_epoch},
+        "size": chunk.size,
+        "position": chunk.position,
+        "unaligned_records": chunk.data,
+    }
+    return make_response(
+        FETCH_SNAPSHOT,
+        VERSIONS[FETCH_SNAPSHOT],
+        throttle_time=0,
+        error_code=NONE,
+        topics=[{"name": TOPIC, "partitions": [partition]}],
+    )
+
+
+def parse_fetch_snapshot_response(response: Any) -> SnapshotChunk:
+    """The metadata partition's answer in a FetchSnapshot response."""
+    if int(response.error_code) != NONE or not response.topics or not response.topics[0].partitions:
+        return SnapshotChunk(
+            int(response.error_code) or UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1, -1, 0, 0, b""
+        )
+    p = response.topics[0].partitions[0]
+    return SnapshotChunk(
+        int(p.error_code),
+        int(p.current_leader.leader_id),
+        int(p.current_leader.leader_epoch),
+        int(p.snapshot_id.end_offset),
+        int(p.snapshot_id.epoch),
+        int(p.size),
+        int(p.position),
+        bytes(p.unaligned_records or b""),
     )

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import messages as m
+from . import snapshot as snap
 from .config import RaftConfig
-from .log import LogEntry, RaftLog, decode_entries
+from .log import LogEntry, RaftLog, SnapshotId, decode_entries, snapshot_ids
 from .quorum_state import ElectionState, QuorumStateStore
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,17 @@ class CommittedRecord:
     value: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A snapshot handed to listeners: the state's records as of ``end_offset`` (exclusive)."""
+
+    end_offset: int
+    epoch: int
+    records: list[bytes]
+
+
 Listener = Callable[[list[CommittedRecord]], None]
+SnapshotListener = Callable[[Snapshot], None]
 
 
 class RaftNode:
@@ -88,9 +99,12 @@ class RaftNode:
         self.voted_id = stored.voted_id
         self.leader_id = stored.leader_id
         self.role = Role.UNATTACHED
-        self.high_watermark = 0
-        self._delivered = 0
-        self._listeners: list[Listener] = []
+        self._snapshot = self._recover_snapshot()
+        # Entries below the snapshot's end are committed; after a restart the rest is
+        # replayed to listeners once the leader tells the high watermark again.
+        self.high_watermark = self.log.start_offset
+        self._delivered = self.log.start_offset
+        self._listeners: list[tuple[Listener, SnapshotListener | None]] = []
         self._signal = asyncio.Event()
         self._generation = 0
         loop_time = self._now()
@@ -181,12 +195,53 @@ class RaftNode:
             await self._wait_signal()
         return last
 
-    def register(self, listener: Listener) -> None:
-        """Call ``listener`` with committed records in order: those committed so far at once, then as they commit."""
-        self._listeners.append(listener)
-        done = self._committed_records(0, self._delivered)
+    def register(self, listener: Listener, on_snapshot: SnapshotListener | None = None) -> None:
+        """Call ``listener`` with committed records in order: those committed so far at once, then as they commit.
+
+        With a snapshot, ``on_snapshot`` first gets it (and again whenever a newer one
+        replaces the state, e.g. installed from the leader), then ``listener`` the
+        records after it. Without ``on_snapshot``, a log that starts from a snapshot
+        raises :class:`NotYetSupportedError`.
+        """
+        if self._snapshot is not None:
+            if on_snapshot is None:
+                raise NotYetSupportedError("the log starts from a snapshot: register with on_snapshot")
+            on_snapshot(self._read_snapshot(self._snapshot))
+        self._listeners.append((listener, on_snapshot))
+        done = self._committed_records(self.log.start_offset, self._delivered)
         if done:
             listener(done)
+
+    async def snapshot(self, end_offset: int, records: Sequence[bytes]) -> SnapshotId:
+        """Store ``records`` as the state as of ``end_offset`` (committed) and drop the log below it (KIP-630)."""
+        if not self.log.start_offset < end_offset <= self.high_watermark:
+            raise ValueError(
+                f"snapshot end {end_offset} must be above the log start {self.log.start_offset} "
+                f"and at most the high watermark {self.high_watermark}"
+            )
+        ident = SnapshotId(end_offset, self.log.entry(end_offset - 1).epoch)
+        snap.write_snapshot_file(self.log.directory, ident, snap.encode_snapshot(ident, records))
+        self._use_snapshot(ident)
+        return ident
+
+    def _recover_snapshot(self) -> SnapshotId | None:
+        ids = snapshot_ids(self.log.directory)
+        if not ids:
+            return None
+        latest = ids[-1]
+        if latest.end_offset > self.log.start_offset:
+            # A crash between writing the snapshot and restarting the log at its end.
+            self.log.restart_at(latest.end_offset, latest.epoch)
+        return latest
+
+    def _use_snapshot(self, ident: SnapshotId) -> None:
+        self.log.restart_at(ident.end_offset, ident.epoch)
+        snap.delete_older_snapshots(self.log.directory, ident)
+        self._snapshot = ident
+
+    def _read_snapshot(self, ident: SnapshotId) -> Snapshot:
+        data = (self.log.directory / ident.file_name).read_bytes()
+        return Snapshot(ident.end_offset, ident.epoch, snap.decode_snapshot(data))
 
     async def committed(self) -> AsyncIterator[CommittedRecord]:
         """Committed records in order, from the start of the log, forever (an async iterator)."""
@@ -201,7 +256,7 @@ class RaftNode:
             while True:
                 yield await queue.get()
         finally:
-            self._listeners.remove(put)
+            self._listeners = [entry for entry in self._listeners if entry[0] is not put]
 
     # ----------------------------------------------------------------- RPC handlers
 
@@ -213,6 +268,8 @@ class RaftNode:
             return self._handle_begin_epoch(request)
         if api_key == m.END_QUORUM_EPOCH:
             return self._handle_end_epoch(request)
+        if api_key == m.FETCH_SNAPSHOT:
+            return self._handle_fetch_snapshot(request)
         if api_key == m.FETCH:
             return await self._handle_fetch(request)
         raise ValueError(f"not a quorum API: {api_key}")
@@ -298,6 +355,12 @@ class RaftNode:
         replica = params.replica_id
         if replica in self.config.voters:
             self._replica_seen[replica] = self._now()  # alive, even while it truncates (check quorum)
+        if params.fetch_offset < self.log.start_offset and self._snapshot is not None:
+            # The entries it needs are only in the snapshot now: send it there (FetchSnapshot).
+            ident = (self._snapshot.end_offset, self._snapshot.epoch)
+            return m.fetch_response(
+                m.FetchAnswer(m.NONE, self.config.node_id, self.epoch, self.high_watermark, b"", None, ident)
+            )
         diverging = self.log.diverging(params.fetch_offset, params.last_fetched_epoch)
         if diverging is not None:
             return m.fetch_response(
@@ -333,6 +396,75 @@ class RaftNode:
         return m.fetch_response(
             m.FetchAnswer(m.NONE, self.config.node_id, self.epoch, self.high_watermark, records, None)
         )
+
+    def _handle_fetch_snapshot(self, request: Any) -> Any:
+        ask = m.parse_fetch_snapshot_request(request)
+
+        def answer(error: int, size: int = 0, data: bytes = b"") -> Any:
+            end, epoch = (ask.end_offset, ask.epoch) if ask is not None else (-1, -1)
+            chunk = m.SnapshotChunk(
+                error, self.leader_id, self.epoch, end, epoch, size, ask.position if ask else 0, data
+            )
+            return m.fetch_snapshot_response(chunk)
+
+        if request.cluster_id not in (None, self.config.cluster_id):
+            return answer(m.INCONSISTENT_CLUSTER_ID)
+        if ask is None:
+            return answer(m.UNKNOWN_TOPIC_OR_PARTITION)
+        if ask.leader_epoch != self.epoch:
+            return answer(m.FENCED_LEADER_EPOCH if ask.leader_epoch < self.epoch else m.UNKNOWN_LEADER_EPOCH)
+        if self.role is not Role.LEADER:
+            return answer(m.NOT_LEADER_OR_FOLLOWER)
+        ident = SnapshotId(ask.end_offset, ask.epoch)
+        path = self.log.directory / ident.file_name
+        try:
+            with open(path, "rb") as f:
+                size = f.seek(0, 2)
+                if not 0 <= ask.position <= size:
+                    return answer(m.POSITION_OUT_OF_RANGE, size)
+                f.seek(ask.position)
+                data = f.read(max(min(ask.max_bytes, 1 << 20), 1))
+        except FileNotFoundError:
+            return answer(m.SNAPSHOT_NOT_FOUND)
+        return answer(m.NONE, size, data)
+
+    async def _install_snapshot(self, leader: int, ident: SnapshotId, generation: int) -> bool:
+        """Download snapshot ``ident`` from the leader (FetchSnapshot) and restart the log at its end."""
+        data = bytearray()
+        while self._generation == generation:
+            ask = m.SnapshotChunkRequest(
+                self.config.node_id, self.epoch, ident.end_offset, ident.epoch, len(data), 1 << 20
+            )
+            request = m.fetch_snapshot_request(self.config.cluster_id, ask)
+            chunk = m.parse_fetch_snapshot_response(await self._send(leader, request))
+            if chunk.error != m.NONE:
+                self._observe_epoch(chunk.leader_epoch, chunk.leader_id)
+                return False
+            data += chunk.data
+            if len(data) >= chunk.size:
+                break
+            if not chunk.data:
+                return False
+        if self._generation != generation:
+            return False
+        snap.write_snapshot_file(self.log.directory, ident, bytes(data))
+        self._use_snapshot(ident)
+        self.high_watermark = max(self.high_watermark, ident.end_offset)
+        self._delivered = ident.end_offset
+        state = self._read_snapshot(ident)
+        for _, on_snapshot in list(self._listeners):
+            if on_snapshot is None:
+                log.error(
+                    "raft node %d: a listener without on_snapshot missed snapshot %s",
+                    self.config.node_id,
+                    ident,
+                )
+                continue
+            try:
+                on_snapshot(state)
+            except Exception:
+                log.exception("raft snapshot listener failed")
+        return True
 
     def _fetch_error(self, error: int) -> Any:
         leader = self.leader_id if self.role is not Role.RESIGNED else -1
@@ -415,7 +547,7 @@ class RaftNode:
         records = self._committed_records(self._delivered, self.high_watermark)
         self._delivered = self.high_watermark
         if records:
-            for listener in list(self._listeners):
+            for listener, _ in list(self._listeners):
                 try:
                     listener(records)
                 except Exception:
@@ -593,6 +725,12 @@ class RaftNode:
                     await self._wait_signal(min(0.05, self.config.election_timeout_ms / 10000))
                 continue
             self._fetch_deadline = self._now() + self.config.fetch_timeout_ms / 1000
+            if answer.snapshot is not None:
+                try:
+                    await self._install_snapshot(leader, SnapshotId(*answer.snapshot), generation)
+                except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+                    log.debug("raft node %d: snapshot from %d failed: %r", self.config.node_id, leader, exc)
+                continue
             self._apply_fetch(answer, params.fetch_offset)
 
     def _apply_fetch(self, answer: m.FetchAnswer, fetch_offset: int) -> None:
