@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from kafkakit.broker.raft import NotLeaderError, RaftPeers, Role
+from kafkakit.broker.raft import NotLeaderError, RaftConfig, RaftPeers, Role, Voter, parse_voters
 from kafkakit.broker.raft import messages as m
 
 from tests.raft_cluster import BACKOFF_MS, ELECTION_MS, FETCH_MS, Quorum
@@ -189,3 +189,38 @@ async def test_a_node_with_a_stale_log_cannot_win_an_election(quorum: Quorum) ->
         assert not m.parse_epoch_response(await peers.send(other, request, 2)).vote_granted
     finally:
         await peers.close()
+
+
+async def test_committed_iterator_and_wait_for_leader(quorum: Quorum) -> None:
+    await quorum.start_all()
+    follower_view = await quorum.endpoints[1].node.wait_for_leader(5)
+    assert follower_view.leader_id in quorum.voters and follower_view.epoch >= 1
+    leader, _ = await quorum.agreed_leader()
+    node = quorum.endpoints[leader].node
+    follower = next(i for i in quorum.voters if i != leader)
+    stream = quorum.endpoints[follower].node.committed()
+    await node.append([b"one", b"two"])
+    await node.append([b"three"])
+    got = [await asyncio.wait_for(stream.__anext__(), 5) for _ in range(3)]
+    await stream.aclose()
+    assert [r.value for r in got] == [b"one", b"two", b"three"]
+    assert [r.offset for r in got] == sorted(r.offset for r in got)
+
+
+def test_config_reads_kafkas_property_names() -> None:
+    config = RaftConfig.from_properties(
+        2,
+        {
+            "controller.quorum.voters": "1@127.0.0.1:9190,2@127.0.0.1:9191,3@[::1]:9192",
+            "controller.quorum.election.timeout.ms": "300",
+        },
+    )
+    assert config.voters[3] == Voter(3, "::1", 9192) and config.majority == 2
+    assert (config.election_timeout_ms, config.fetch_timeout_ms, config.election_backoff_max_ms) == (
+        300,
+        2000,
+        1000,
+    )
+    assert all(0.3 <= config.random_election_timeout() < 0.6 for _ in range(100))
+    with pytest.raises(ValueError):
+        parse_voters("1@127.0.0.1:9190,1@127.0.0.1:9191")
