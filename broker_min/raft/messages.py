@@ -1,7 +1,7 @@
 """The quorum's wire messages (kio objects) for the ``__cluster_metadata`` partition, and their versions.
 
 Versions: Vote v0, BeginQuorumEpoch v0, EndQuorumEpoch v0 (the KIP-595 forms,
-without KIP-853's directory ids and endpoints) and Fetch v17, whose tagged
+without KIP-853's directory ids and endpoints), FetchSnapshot v0 and Fetch v17, whose tagged
 ReplicaState carries the follower's id as Kafka's KafkaRaftClient sends it, with
 the metadata topic named by its fixed topic id.
 """

@@ -731,9 +731,9 @@ class RaftNode:
                 except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
                     log.debug("raft node %d: snapshot from %d failed: %r", self.config.node_id, leader, exc)
                 continue
-            self._apply_fetch(answer, params.fetch_offset)
+            self._apply_fetch(answer)
 
-    def _apply_fetch(self, answer: m.FetchAnswer, fetch_offset: int) -> None:
+    def _apply_fetch(self, answer: m.FetchAnswer) -> None:
         if answer.diverging is not None:
             epoch, end = answer.diverging
             own_epoch, own_end = self.log.end_offset_for_epoch(epoch)
