@@ -14,7 +14,6 @@ import base64
 import contextlib
 import json
 import logging
-import os
 import re
 import time
 import uuid
@@ -35,6 +34,7 @@ from kafkakit.broker.coordinators.transactions import (
 )
 from kafkakit.broker.fetch_sessions import FetchSessionCache
 from kafkakit.broker.log import LogConfig, LogError, LogManager, PartitionLog
+from kafkakit.broker.log.checkpoint import fsync_path, write_durably
 from kafkakit.broker.log.cleaner_task import CleanerConfig, LogCleaner
 from kafkakit.broker.producer_state import ProducerIdAllocator, ProducerStateRegistry
 from kafkakit.broker.security.authorizer import Authorizer
@@ -134,7 +134,7 @@ class TopicRegistry:
 
     def add(self, info: TopicInfo) -> None:
         """Persist then index a new topic."""
-        _write_atomically(self._path(info.name), json.dumps(info.to_json(), indent=1).encode())
+        write_durably(self._path(info.name), json.dumps(info.to_json(), indent=1).encode())
         self._index(info)
 
     def remove(self, name: str) -> TopicInfo | None:
@@ -144,7 +144,7 @@ class TopicRegistry:
             self._by_id.pop(info.topic_id, None)
             with contextlib.suppress(FileNotFoundError):
                 self._path(name).unlink()
-            _fsync_dir(self._dir)
+            fsync_path(self._dir)
         return info
 
     def _index(self, info: TopicInfo) -> None:
@@ -475,7 +475,7 @@ def _load_or_create_cluster_id(data_dir: Path, config: BrokerConfig) -> str:
         f"node.id={config.node_id}\n"
         "version=1\n"
     )
-    _write_atomically(path, text.encode())
+    write_durably(path, text.encode())
     return cluster_id
 
 
@@ -489,19 +489,3 @@ def _read_properties(path: Path) -> dict[str, str]:
     return props
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

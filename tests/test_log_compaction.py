@@ -8,13 +8,9 @@ from pathlib import Path
 
 import pytest
 from kafkakit.broker.log import InvalidBatchError, LogConfig, LogManager, PartitionLog, check_record_set_keys
+from kafkakit.broker.log.checkpoint import read_offsets_checkpoint
 from kafkakit.broker.log.cleaner import DELETE_HORIZON_BIT, Throttler
-from kafkakit.broker.log.cleaner_task import (
-    CLEANER_CHECKPOINT_FILE,
-    CleanerConfig,
-    LogCleaner,
-    read_cleaner_checkpoint,
-)
+from kafkakit.broker.log.cleaner_task import CLEANER_CHECKPOINT_FILE, CleanerConfig, LogCleaner
 from kafkakit.broker.producer_state import PartitionProducerState, ProducerStateError
 from kafkakit.records import Compression, build_control_batch, decode_batch, encode_batch
 
@@ -72,7 +68,7 @@ def test_latest_value_per_key_offsets_kept_and_active_segment_untouched(tmp_path
     latest_below = {k: (o, v) for o, k, v in written if o < active_base}
     assert sorted((o, k.encode(), v.encode()) for k, (o, v) in latest_below.items()) == cleaned
     assert log.log_end_offset == 120
-    assert read_cleaner_checkpoint(tmp_path / "data" / CLEANER_CHECKPOINT_FILE) == {("t", 0): active_base}
+    assert read_offsets_checkpoint(tmp_path / "data" / CLEANER_CHECKPOINT_FILE) == {("t", 0): active_base}
 
 
 def test_second_pass_starts_at_checkpoint_and_groups_small_segments(tmp_path: Path) -> None:

@@ -20,15 +20,32 @@ TMP_SUFFIX = ".tmp"
 _VERSION = 0
 
 
-def write_atomically(path: Path, text: str, *, fsync: bool = False) -> None:
-    """Replace ``path`` with ``text`` so that readers see the old or the new file, never half."""
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
+def write_atomically(
+    path: Path, data: str | bytes, *, fsync: bool = False, tmp_suffix: str = TMP_SUFFIX
+) -> None:
+    """Replace ``path`` with ``data`` so that readers see the old or the new file, never half."""
+    tmp = path.with_name(path.name + tmp_suffix)
+    with open(tmp, "wb") as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
         if fsync:
             f.flush()
             os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def write_durably(path: Path, data: str | bytes, *, tmp_suffix: str = TMP_SUFFIX) -> None:
+    """:func:`write_atomically` that also survives a power cut once it returns (file and directory fsynced)."""
+    write_atomically(path, data, fsync=True, tmp_suffix=tmp_suffix)
+    fsync_path(path.parent)
+
+
+def fsync_path(path: Path) -> None:
+    """fsync a file, or a directory (which makes renames and unlinks in it durable), by name."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_offset_checkpoint(

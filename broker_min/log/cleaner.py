@@ -65,6 +65,7 @@ from pathlib import Path
 from kafkakit.errors import CorruptRecordError
 
 from .batch import HEADER, HEADER_SIZE, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader, make_header
+from .checkpoint import fsync_path
 from .config import INT_MAX, LogConfig
 from .errors import LogStorageError
 from .index import OFFSET_ENTRY, TIME_ENTRY
@@ -619,21 +620,13 @@ def clean_group(
         cleaned.fsync()
         cleaned.seal()
         for path in (cleaned.index_path, cleaned.time_index_path):
-            _fsync_file(path)
+            fsync_path(path)
         mtime = max(os.path.getmtime(segments[i].log_path) for i in group)
         os.utime(cleaned.log_path, (mtime, mtime))
     except BaseException:
         cleaned.delete()
         raise
     return cleaned
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass

@@ -23,9 +23,8 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from pathlib import Path
 
-from .checkpoint import write_atomically
+from .checkpoint import read_offsets_checkpoint, write_offsets_checkpoint
 from .cleaner import (
     DEFAULT_DEDUPE_BUFFER_SIZE,
     CleanerAborted,
@@ -54,31 +53,6 @@ class CleanerConfig:
     dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE
 
 
-def read_cleaner_checkpoint(path: Path) -> dict[tuple[str, int], int]:
-    """Kafka's offset checkpoint file: ``0``, count, then ``topic partition offset`` lines."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return {}
-    if len(lines) < 2 or lines[0].strip() != "0":
-        logger.warning("ignoring malformed %s", path)
-        return {}
-    out: dict[tuple[str, int], int] = {}
-    for line in lines[2:]:
-        parts = line.split()
-        if len(parts) == 3 and parts[1].isdigit():
-            try:
-                out[(parts[0], int(parts[1]))] = int(parts[2])
-            except ValueError:
-                continue
-    return out
-
-
-def write_cleaner_checkpoint(path: Path, entries: dict[tuple[str, int], int]) -> None:
-    lines = [f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(entries.items())]
-    write_atomically(path, "0\n" + f"{len(lines)}\n" + "".join(line + "\n" for line in lines), fsync=True)
-
-
 class LogCleaner:
     """Compacts the ``cleanup.policy=compact`` logs of a :class:`LogManager`."""
 
@@ -86,7 +60,7 @@ class LogCleaner:
         self.logs = logs
         self.config = config if config is not None else CleanerConfig()
         self.checkpoint_path = logs.data_dir / CLEANER_CHECKPOINT_FILE
-        self._checkpoints = read_cleaner_checkpoint(self.checkpoint_path)
+        self._checkpoints = read_offsets_checkpoint(self.checkpoint_path)
         # Logs whose pass failed (Kafka's uncleanable partitions); weak, so a deleted and
         # recreated topic is a new log that gets cleaned again.
         self._uncleanable: weakref.WeakSet[PartitionLog] = weakref.WeakSet()
@@ -106,7 +80,7 @@ class LogCleaner:
         live = self.logs.partitions()
         self._checkpoints = {k: v for k, v in self._checkpoints.items() if k in live}
         self._checkpoints[(log.topic, log.partition)] = offset
-        write_cleaner_checkpoint(self.checkpoint_path, self._checkpoints)
+        write_offsets_checkpoint(self.checkpoint_path, self._checkpoints, fsync=True)
 
     # ---- one pass --------------------------------------------------------------------------------
 

@@ -55,6 +55,7 @@ from .checkpoint import (
     LOG_START_OFFSET_FILE,
     RECOVERY_POINT_FILE,
     TMP_SUFFIX,
+    fsync_path,
     read_offset_checkpoint,
     write_offset_checkpoint,
 )
@@ -62,7 +63,7 @@ from .config import LogConfig
 from .errors import InvalidPartitionDirectoryError, LogError, OffsetOutOfRange
 from .leader_epochs import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, BytesLike, FileSlice, LogSegment
-from .swap import SWAP_SUFFIX, fsync_dir, recover_swaps, swap_failpoint
+from .swap import SWAP_SUFFIX, recover_swaps, swap_failpoint
 
 logger = logging.getLogger(__name__)
 
@@ -509,13 +510,13 @@ class PartitionLog:
             return False
         directory = self.directory
         new.change_suffix(SWAP_SUFFIX)
-        fsync_dir(directory)
+        fsync_path(directory)
         swap_failpoint("after_swap_rename")
         for segment in old:
             segment.delete()
         swap_failpoint("after_delete_old")
         new.change_suffix("")
-        fsync_dir(directory)
+        fsync_path(directory)
         self._segments[first:end] = [new]
         self._bases[first:end] = [new.base_offset]
         self._sealed_unflushed = [s for s in self._sealed_unflushed if s not in old]

@@ -27,6 +27,7 @@ import re
 from pathlib import Path
 
 from .batch import HEADER, HEADER_SIZE, LOG_OVERHEAD, MIN_BATCH_LENGTH
+from .checkpoint import fsync_path
 
 logger = logging.getLogger(__name__)
 
@@ -35,15 +36,6 @@ SWAP_SUFFIX = ".swap"
 _LOG_SWAP_RE = re.compile(r"(\d{20})\.log\.swap")
 _SEGMENT_FILE_RE = re.compile(r"(\d{20})\.(log|index|timeindex)")
 _SCAN = 1 << 16
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make renames and unlinks in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def next_offset_of_file(path: Path, base_offset: int) -> int:
@@ -96,7 +88,7 @@ def recover_swaps(directory: Path) -> list[int]:
             logger.info("deleting leftover cleaner file %s/%s", directory, name)
             (directory / name).unlink(missing_ok=True)
     if swapped:
-        fsync_dir(directory)
+        fsync_path(directory)
     return swapped
 
 

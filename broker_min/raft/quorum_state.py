@@ -10,10 +10,11 @@ the old or the new state, and a vote is written before it is answered.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from kafkakit.broker.log.checkpoint import write_durably
 
 FILE_NAME = "quorum-state"
 
@@ -58,14 +59,4 @@ class QuorumStateStore:
             "currentVoters": [{"voterId": v} for v in self._voters],
             "data_version": 0,
         }
-        tmp = self.path.with_name(FILE_NAME + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(body, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_durably(self.path, json.dumps(body))

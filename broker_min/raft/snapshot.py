@@ -11,9 +11,10 @@ renamed, so a crash leaves either no snapshot or a whole one.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
+
+from kafkakit.broker.log.checkpoint import write_durably
 
 from .log import LogEntry, SnapshotId, decode_entries, encode_entries, snapshot_ids
 
@@ -34,17 +35,7 @@ def decode_snapshot(data: bytes) -> list[bytes]:
 def write_snapshot_file(directory: Path, snapshot: SnapshotId, data: bytes) -> Path:
     """Write a snapshot file atomically (part file, fsync, rename, fsync of the directory)."""
     path = directory / snapshot.file_name
-    part = path.with_name(path.name + ".part")
-    with open(part, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(part, path)
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_durably(path, data, tmp_suffix=".part")
     return path
 
 
