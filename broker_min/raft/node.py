@@ -302,28 +302,33 @@ class RaftNode:
                 self._election_deadline = self._now() + self.config.random_election_timeout()
         return m.epoch_response(m.VOTE, m.NONE, self.leader_id, self.epoch, granted)
 
-    def _handle_begin_epoch(self, request: Any) -> Any:
+    def _accept_epoch_request(self, api_key: int, request: Any) -> tuple[Any, Any]:
+        """(None, the request's partition) once its leader is observed, or (the error response, None).
+
+        BeginQuorumEpoch and EndQuorumEpoch are checked alike: the cluster id, the one
+        metadata partition, and a leader epoch no older than ours.
+        """
         if request.cluster_id not in (None, self.config.cluster_id):
-            return m.top_error_response(m.BEGIN_QUORUM_EPOCH, m.INCONSISTENT_CLUSTER_ID)
+            return m.top_error_response(api_key, m.INCONSISTENT_CLUSTER_ID), None
         p = m.epoch_request_partition(request)
         if p is None:
-            return m.top_error_response(m.BEGIN_QUORUM_EPOCH, m.UNKNOWN_TOPIC_OR_PARTITION)
-        leader, epoch = int(p.leader_id), int(p.leader_epoch)
-        if epoch < self.epoch:
-            return m.epoch_response(m.BEGIN_QUORUM_EPOCH, m.FENCED_LEADER_EPOCH, self.leader_id, self.epoch)
-        self._observe_leader(epoch, leader)
+            return m.top_error_response(api_key, m.UNKNOWN_TOPIC_OR_PARTITION), None
+        if int(p.leader_epoch) < self.epoch:
+            return m.epoch_response(api_key, m.FENCED_LEADER_EPOCH, self.leader_id, self.epoch), None
+        self._observe_leader(int(p.leader_epoch), int(p.leader_id))
+        return None, p
+
+    def _handle_begin_epoch(self, request: Any) -> Any:
+        error, _ = self._accept_epoch_request(m.BEGIN_QUORUM_EPOCH, request)
+        if error is not None:
+            return error
         return m.epoch_response(m.BEGIN_QUORUM_EPOCH, m.NONE, self.leader_id, self.epoch)
 
     def _handle_end_epoch(self, request: Any) -> Any:
-        if request.cluster_id not in (None, self.config.cluster_id):
-            return m.top_error_response(m.END_QUORUM_EPOCH, m.INCONSISTENT_CLUSTER_ID)
-        p = m.epoch_request_partition(request)
-        if p is None:
-            return m.top_error_response(m.END_QUORUM_EPOCH, m.UNKNOWN_TOPIC_OR_PARTITION)
-        leader, epoch = int(p.leader_id), int(p.leader_epoch)
-        if epoch < self.epoch:
-            return m.epoch_response(m.END_QUORUM_EPOCH, m.FENCED_LEADER_EPOCH, self.leader_id, self.epoch)
-        self._observe_leader(epoch, leader)
+        error, p = self._accept_epoch_request(m.END_QUORUM_EPOCH, request)
+        if error is not None:
+            return error
+        leader = int(p.leader_id)
         if self.role is Role.FOLLOWER and self.leader_id == leader:
             # Kafka: the preferred successors campaign first, the others back off by their rank.
             successors = [int(s) for s in p.preferred_successors]
