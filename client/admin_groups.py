@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kafkakit.cluster import Cluster
-from kafkakit.errors import KafkaError, KafkaTimeoutError, UnsupportedVersionError, for_code, raise_for_code
+from kafkakit.errors import KafkaError, UnsupportedVersionError, for_code, raise_for_code
 from kafkakit.net.connection import BrokerConnection
 from kafkakit.protocol.framing import ApiKey
 from kafkakit.structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
@@ -120,27 +120,19 @@ class GroupAdmin:
 
     async def coordinator(self, group_id: str) -> tuple[int, BrokerConnection]:
         """The node id of ``group_id``'s coordinator and a connection to it."""
-        deadline = time.monotonic() + self._timeout
-        last: BaseException | None = None
-        while True:
-            try:
-                conn = await self._cluster.any_connection()
-                response = await conn.call(ApiKey.FIND_COORDINATOR, key=group_id, key_type=_GROUP_KEY_TYPE)
-                code = int(response.error_code)
-                if code == 0:
-                    node = int(response.node_id)
-                    return node, await self._cluster.connection(node)
-                error = for_code(code)
-                if not error.retriable:
-                    raise error(f"FindCoordinator for group {group_id!r}")
-                last = error(getattr(response, "error_message", None) or "")
-            except KafkaError as exc:
-                if not exc.retriable:
-                    raise
-                last = exc
-            if time.monotonic() >= deadline:
-                raise KafkaTimeoutError(f"no coordinator found for group {group_id!r}: {last}") from last
-            await asyncio.sleep(self._backoff)
+
+        async def connect(response: Any) -> tuple[int, BrokerConnection]:
+            node = int(response.node_id)
+            return node, await self._cluster.connection(node)
+
+        return await self._cluster.find_coordinator(
+            group_id,
+            _GROUP_KEY_TYPE,
+            connect,
+            what=f"group {group_id!r}",
+            timeout=self._timeout,
+            backoff=self._backoff,
+        )
 
     async def _call_coordinator(self, group: str, api_key: int, error_of: Any, **fields: Any) -> Any:
         """Send to the coordinator; retry (after a new lookup) while it answers a coordinator error."""

@@ -13,9 +13,9 @@ import functools
 import logging
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from kafkakit.errors import (
     KafkaConfigError,
@@ -33,6 +33,7 @@ from kafkakit.protocol.framing import ApiKey
 from kafkakit.structs import BrokerInfo, PartitionInfo, TopicPartition
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Partition errors that mean "refresh metadata and retry".
 _REFRESH_ERRORS = {3, 5, 6, 74, 75, 76}  # unknown topic, leader n/a, not leader, fenced/unknown leader epoch
@@ -291,6 +292,44 @@ class Cluster:
         self._failures.pop(node_id, None)
         self._connections[node_id] = conn
         return conn
+
+    async def find_coordinator(
+        self,
+        key: str,
+        key_type: int,
+        use: Callable[[Any], Awaitable[T]],
+        *,
+        what: str,
+        timeout: float,
+        backoff: float,
+    ) -> T:
+        """``use(response)`` of a successful FindCoordinator for ``key``, retrying what is retriable.
+
+        Retriable errors, from FindCoordinator or from ``use`` (typically connecting to
+        the coordinator it named), are retried every ``backoff`` seconds until ``timeout``
+        passes (then :class:`KafkaTimeoutError` with the last one); others raise at once.
+        ``what`` names the key in errors, e.g. ``"group 'g'"``.
+        """
+        deadline = time.monotonic() + timeout
+        last: BaseException | None = None
+        while True:
+            try:
+                conn = await self.any_connection()
+                response = await conn.call(ApiKey.FIND_COORDINATOR, key=key, key_type=key_type)
+                code = int(response.error_code)
+                if code == 0:
+                    return await use(response)
+                error = for_code(code)
+                if not error.retriable:
+                    raise error(f"FindCoordinator for {what}")
+                last = error(getattr(response, "error_message", None) or "")
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                last = exc
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(f"no coordinator found for {what}: {last}") from last
+            await asyncio.sleep(backoff)
 
     async def any_connection(self) -> BrokerConnection:
         """A connection to any live broker (a known one, else a bootstrap server)."""

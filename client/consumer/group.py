@@ -322,32 +322,18 @@ class GroupCoordinator:
         return await asyncio.shield(self._lookup)
 
     async def _find_coordinator(self) -> BrokerConnection:
-        deadline = time.monotonic() + self._api_timeout
-        last: BaseException | None = None
-        while True:
-            try:
-                any_conn = await self._cluster.any_connection()
-                response = await any_conn.call(
-                    ApiKey.FIND_COORDINATOR, key=self._config.group_id, key_type=_GROUP_KEY_TYPE
-                )
-                code = int(response.error_code)
-                if code == 0:
-                    return await self._connect_coordinator(
-                        int(response.node_id), response.host, int(response.port)
-                    )
-                error = for_code(code)
-                if not error.retriable:
-                    raise error(f"FindCoordinator for group {self._config.group_id!r}")
-                last = error(getattr(response, "error_message", None) or "")
-            except KafkaError as exc:
-                if not exc.retriable:
-                    raise
-                last = exc
-            if time.monotonic() >= deadline:
-                raise KafkaTimeoutError(
-                    f"no coordinator found for group {self._config.group_id!r}: {last}"
-                ) from last
-            await asyncio.sleep(self._backoff)
+        async def connect(response: Any) -> BrokerConnection:
+            return await self._connect_coordinator(int(response.node_id), response.host, int(response.port))
+
+        group_id = self._config.group_id
+        return await self._cluster.find_coordinator(
+            group_id,
+            _GROUP_KEY_TYPE,
+            connect,
+            what=f"group {group_id!r}",
+            timeout=self._api_timeout,
+            backoff=self._backoff,
+        )
 
     async def _connect_coordinator(self, node_id: int, host: str, port: int) -> BrokerConnection:
         conn = await self._cluster.open_connection(
