@@ -22,7 +22,9 @@ GroupIdNotFoundError = for_code(69)
 async def _topic_with_records(bs: str, topic: str, partitions: int = 2, per_partition: int = 3) -> int:
     """Create ``topic`` and write ``per_partition`` records to each partition; returns a timestamp between them."""
     async with Admin(bootstrap_servers=bs) as admin:
-        await admin.create_topics([NewTopic(topic, partitions, 1)])
+        # The records carry 1970 timestamps: with the default retention.ms (7 days) Kafka's next
+        # retention check (30 s after start, then every 5 min) deletes them, and "earliest" moves.
+        await admin.create_topics([NewTopic(topic, partitions, 1, {"retention.ms": "-1"})])
     async with Producer(bootstrap_servers=bs) as producer:
         for p in range(partitions):
             await producer.send_and_wait(topic, b"early", partition=p, timestamp_ms=1_000_000)
