@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.config import BrokerConfig
@@ -36,11 +36,15 @@ from kafkakit.broker.fetch_sessions import FetchSessionCache
 from kafkakit.broker.log import LogConfig, LogError, LogManager, PartitionLog
 from kafkakit.broker.log.checkpoint import fsync_path, write_durably
 from kafkakit.broker.log.cleaner_task import CleanerConfig, LogCleaner
+from kafkakit.broker.metadata import MetadataImage, PartitionRegistration
 from kafkakit.broker.producer_state import ProducerIdAllocator, ProducerStateRegistry
 from kafkakit.broker.security.authorizer import Authorizer
 from kafkakit.broker.security.credentials import ScramCredentialStore
 from kafkakit.broker.security.principal import current_session
 from kafkakit.errors import KafkaConfigError
+
+if TYPE_CHECKING:
+    from kio.schema.errors import ErrorCode
 
 log = logging.getLogger("kafkakit.broker")
 
@@ -183,6 +187,11 @@ class BrokerState:
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         self.scram_credentials = ScramCredentialStore(data_dir / SECURITY_DIR)
         self.authorizer = Authorizer.from_config(config, data_dir / SECURITY_DIR)
+        #: Cluster mode (issue 13): the metadata image this node replays, and the replica manager
+        #: that leads and follows partitions by it. Both None on a single node, where this node
+        #: leads every partition with replicas = ISR = [node id].
+        self.image: MetadataImage | None = None
+        self.replicas: ReplicaManagerHook | None = None
         self._append_waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
         self._background: list[asyncio.Task[None]] = []
         self._open_registered_partitions()
@@ -217,6 +226,43 @@ class BrokerState:
         """(host, port) of the listener the current request came in on."""
         listener = current_session().listener
         return self.listener_endpoints.get(listener, (self.advertised_host, self.port))
+
+    # -- partition leadership (single node or cluster) ---------------------------------
+
+    def partition_registration(self, topic: str, partition: int) -> PartitionRegistration | None:
+        """Replicas, ISR, leader and epochs of a partition: from the metadata image in cluster
+        mode; on a single node, this node with its log's leader epoch."""
+        if self.image is not None:
+            return self.image.partition(topic, partition)
+        info = self.topics.get(topic)
+        if info is None or not 0 <= partition < info.num_partitions:
+            return None
+        node = (self.node_id,)
+        return PartitionRegistration(node, node, self.node_id, self.leader_epoch(topic, partition), 0)
+
+    def is_local_leader(self, topic: str, partition: int) -> bool:
+        """Whether this node leads the partition (and has its log open)."""
+        if self.replicas is not None:
+            return self.replicas.is_leader(topic, partition)
+        return self.partition_log(topic, partition) is not None
+
+    def node_endpoint(self, node_id: int) -> tuple[str, int] | None:
+        """Where clients reach ``node_id`` on the listener the current request came in on."""
+        if self.image is None:
+            return self.advertised_endpoint() if node_id == self.node_id else None
+        broker = self.image.brokers.get(node_id)
+        if broker is None or broker.fenced:
+            return None
+        endpoint = broker.endpoint(current_session().listener)
+        return None if endpoint is None else (endpoint.host, endpoint.port)
+
+    async def wait_committed(self, topic: str, partition: int, end_offset: int, timeout: float) -> ErrorCode | None:
+        """Wait until the partition's high watermark reaches ``end_offset`` (acks=all, and the
+        coordinators' own writes); None when it did, else the error to answer. Immediate on a
+        single node, where the HW is the log end."""
+        if self.replicas is None:
+            return None
+        return await self.replicas.wait_committed(topic, partition, end_offset, timeout)
 
     # -- authorization -----------------------------------------------------------
 
@@ -423,6 +469,16 @@ class BrokerState:
     def close(self) -> None:
         """Flush and close every log so the next start needs no recovery."""
         self.logs.close()
+
+
+class ReplicaManagerHook(Protocol):
+    """What BrokerState and the handlers ask of the replica manager (kafkakit.broker.replication)."""
+
+    def is_leader(self, topic: str, partition: int) -> bool: ...
+
+    async def wait_committed(
+        self, topic: str, partition: int, end_offset: int, timeout: float
+    ) -> ErrorCode | None: ...
 
 
 def group_settings(config: BrokerConfig) -> GroupSettings:
