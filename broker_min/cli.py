@@ -78,8 +78,71 @@ async def run(
         await broker.stop()
 
 
+def build_cluster_parser() -> argparse.ArgumentParser:
+    """``kafkakit-broker cluster``: a local multi-node cluster until Ctrl-C."""
+    parser = argparse.ArgumentParser(
+        prog="kafkakit-broker cluster",
+        description="Run a local KRaft cluster of combined broker+controller nodes (ids 1..N) until Ctrl-C.",
+    )
+    parser.add_argument("--nodes", type=int, default=3, help="number of nodes (default 3)")
+    parser.add_argument("--data-dir", required=True, help="directory for the nodes' data (node-<id>/) and logs")
+    parser.add_argument("--host", default="127.0.0.1", help="address every node listens on (default 127.0.0.1)")
+    parser.add_argument(
+        "--config", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
+        help="a setting for every node, e.g. min.insync.replicas=2 (repeatable)",
+    )  # fmt: skip
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    return parser
+
+
+async def run_cluster(nodes: int, data_dir: str, host: str, settings: dict[str, str]) -> None:
+    """Start the cluster, print its bootstrap servers, and stop every node on SIGINT/SIGTERM."""
+    from kafkakit.broker.local_cluster import LocalCluster
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with LocalCluster(nodes, data_dir, host=host, config=settings) as cluster:
+        print(cluster.bootstrap_servers, flush=True)
+        log.info("%d-node cluster up; node logs in %s; Ctrl-C stops it", nodes, data_dir)
+        await stop.wait()
+        log.info("stopping the cluster")
+
+
+def cluster_main(argv: Sequence[str]) -> int:
+    """``kafkakit-broker cluster ...``; returns the exit status."""
+    args = build_cluster_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    raw: dict[str, str] = {}
+    for pair in args.config:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            print(f"kafkakit-broker cluster: bad setting {pair!r}: expected KEY=VALUE", file=sys.stderr)
+            return 2
+        raw[key.strip()] = value
+    try:
+        # Check every setting before any node starts (the cluster supplies the quorum settings).
+        BrokerConfig.from_strings({**raw, "controller.quorum.voters": "1@127.0.0.1:1", "node.id": "1"})
+    except KafkaConfigError as exc:
+        print(f"kafkakit-broker cluster: bad setting {exc}", file=sys.stderr)
+        return 2
+    if args.nodes < 1:
+        print("kafkakit-broker cluster: --nodes must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(run_cluster(args.nodes, args.data_dir, args.host, raw))
+    except RuntimeError as exc:
+        print(f"kafkakit-broker cluster: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["cluster"]:
+        return cluster_main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(),

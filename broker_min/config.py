@@ -65,6 +65,34 @@ class BrokerConfig:
     max_incremental_fetch_session_cache_slots: int = 1000
     # The finalized ``transaction.version`` feature level advertised in ApiVersions (Kafka 4.x: 2).
     transaction_version: int = 2
+    # -- cluster mode (KRaft, issue 13; docs/broker.md "Cluster mode"); unset = one node --------
+    # Only combined nodes are built: process.roles=broker,controller (the default once voters are set).
+    process_roles: str | None = None
+    # ``1@127.0.0.1:9190,2@...``: the controller quorum; every node here is a voter.
+    controller_quorum_voters: str | None = None
+    controller_listener_names: str = "CONTROLLER"
+    controller_quorum_election_timeout_ms: int = 1000
+    controller_quorum_fetch_timeout_ms: int = 2000
+    controller_quorum_election_backoff_max_ms: int = 1000
+    controller_quorum_request_timeout_ms: int = 2000
+    # The listener followers and coordinators use to reach other brokers (default: the first one).
+    inter_broker_listener_name: str | None = None
+    broker_session_timeout_ms: int = 9000
+    broker_heartbeat_interval_ms: int = 2000
+    replica_lag_time_max_ms: int = 30_000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_max_bytes: int = 1024 * 1024
+    replica_fetch_backoff_ms: int = 1000
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    offsets_topic_replication_factor: int = 3
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_min_isr: int = 2
+    # Records of the metadata log between two snapshots (Kafka counts bytes:
+    # metadata.log.max.record.bytes.between.snapshots).
+    metadata_snapshot_records: int = 20_000
     # Prometheus metrics over HTTP at /metrics on this port (0 = any free port); None = no metrics
     # at all (no instrumentation on the request path).  See broker_min/metrics.py.
     metrics_port: int | None = None
@@ -112,8 +140,12 @@ class BrokerConfig:
             _check_type(f.name, getattr(self, f.name), f.type)
         _check_range("node_id", self.node_id, 0)
         _check_range("num_partitions", self.num_partitions, 1)
-        if self.default_replication_factor != 1:
-            raise KafkaConfigError("default_replication_factor", "a single-node broker only supports 1")
+        _check_range("default_replication_factor", self.default_replication_factor, 1, 2**15 - 1)
+        if self.default_replication_factor != 1 and self.controller_quorum_voters is None:
+            raise KafkaConfigError(
+                "default_replication_factor", "a single-node broker only supports 1 (set controller.quorum.voters)"
+            )
+        self._check_cluster_settings()
         _check_range("socket_request_max_bytes", self.socket_request_max_bytes, 1024, 2**31 - 1)
         _check_range("message_max_bytes", self.message_max_bytes, 0, 2**31 - 1)
         _check_range("log_segment_bytes", self.log_segment_bytes, 14, 2**31 - 1)
@@ -154,6 +186,58 @@ class BrokerConfig:
             if not key.startswith(LISTENER_PREFIX):
                 raise KafkaConfigError(key, f"listener settings start with {LISTENER_PREFIX!r}")
         object.__setattr__(self, "listener_settings", MappingProxyType(dict(self.listener_settings)))
+
+    @property
+    def cluster_mode(self) -> bool:
+        """Whether this node is one of a KRaft quorum (``controller.quorum.voters`` is set)."""
+        return self.controller_quorum_voters is not None
+
+    def controller_listener_set(self) -> frozenset[str]:
+        """``controller.listener.names`` upper-cased: listeners the quorum serves, not the broker."""
+        return frozenset(n.strip().upper() for n in self.controller_listener_names.split(",") if n.strip())
+
+    def _check_cluster_settings(self) -> None:
+        for name in (
+            "controller_quorum_election_timeout_ms",
+            "controller_quorum_fetch_timeout_ms",
+            "controller_quorum_request_timeout_ms",
+            "broker_session_timeout_ms",
+            "broker_heartbeat_interval_ms",
+            "replica_lag_time_max_ms",
+            "replica_fetch_max_bytes",
+            "leader_imbalance_check_interval_seconds",
+            "metadata_snapshot_records",
+        ):
+            _check_range(name, getattr(self, name), 1, 2**31 - 1)
+        for name in ("controller_quorum_election_backoff_max_ms", "replica_fetch_wait_max_ms", "replica_fetch_backoff_ms"):
+            _check_range(name, getattr(self, name), 0, 2**31 - 1)
+        for name in (
+            "min_insync_replicas",
+            "offsets_topic_replication_factor",
+            "transaction_state_log_replication_factor",
+            "transaction_state_log_min_isr",
+        ):
+            _check_range(name, getattr(self, name), 1, 2**15 - 1)
+        if self.process_roles is not None:
+            roles = {r.strip() for r in self.process_roles.split(",") if r.strip()}
+            if roles != {"broker", "controller"}:
+                raise KafkaConfigError(
+                    "process.roles",
+                    f"only combined nodes (broker,controller) are supported yet, got {self.process_roles!r}",
+                )
+            if self.controller_quorum_voters is None:
+                raise KafkaConfigError("controller.quorum.voters", "process.roles needs the controller quorum voters")
+        if self.controller_quorum_voters is not None:
+            from kafkakit.broker.raft.config import parse_voters  # the raft layer owns the voter syntax
+
+            try:
+                voters = parse_voters(self.controller_quorum_voters)
+            except ValueError as exc:
+                raise KafkaConfigError("controller.quorum.voters", str(exc)) from None
+            if self.node_id not in voters:
+                raise KafkaConfigError(
+                    "node.id", f"node {self.node_id} is not one of controller.quorum.voters {sorted(voters)}"
+                )
 
     def listener_setting(self, listener: str, key: str) -> str | None:
         """``listener.name.<listener>.<key>`` (listener names are case-insensitive, as in Kafka)."""

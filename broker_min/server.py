@@ -52,6 +52,7 @@ from kafkakit.broker.security.listeners import Listener, advertised_endpoints, c
 from kafkakit.broker.security.principal import SESSION, Session
 from kafkakit.broker.security.tls import peer_principal, server_ssl_context
 from kafkakit.broker.state import BrokerState
+from kafkakit.errors import KafkaConfigError
 from kafkakit.protocol import (
     ApiKey,
     RequestHeaderInfo,
@@ -403,6 +404,10 @@ class Broker:
         **config: Any,
     ):
         self.config = BrokerConfig.from_kwargs(**config)
+        if self.config.cluster_mode:
+            raise KafkaConfigError(
+                "controller.quorum.voters", "cluster mode is not yet supported by this build (issue 13 in progress)"
+            )
         # kafka-storage's --add-scram entries, applied to the credential store at start.
         self._add_scram = [parse_add_scram(spec) for spec in add_scram]
         self.data_dir = Path(data_dir)

@@ -17,7 +17,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -192,6 +192,11 @@ class BrokerState:
         #: leads every partition with replicas = ISR = [node id].
         self.image: MetadataImage | None = None
         self.replicas: ReplicaManagerHook | None = None
+        #: Cluster mode: sends a request to the active controller (CreateTopics and friends are
+        #: forwarded, as Kafka's brokers do); None on a single node.
+        self.controller_channel: ControllerForwarder | None = None
+        #: Cluster mode: the active controller's node id, or None while the quorum has no leader.
+        self.active_controller: Callable[[], int | None] = lambda: self.node_id
         self._append_waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
         self._background: list[asyncio.Task[None]] = []
         self._open_registered_partitions()
@@ -255,6 +260,22 @@ class BrokerState:
             return None
         endpoint = broker.endpoint(current_session().listener)
         return None if endpoint is None else (endpoint.host, endpoint.port)
+
+    async def wait_for_topics(self, names: Iterable[str], timeout: float) -> bool:
+        """Cluster mode: wait until this node's image has every topic in ``names`` (a topic the
+        controller just created reaches each node a moment later); True if it did."""
+        wanted = set(names)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not wanted <= set(self.topics_names()):
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(0.01)
+        return True
+
+    def topics_names(self) -> list[str]:
+        """Names of the topics this node knows (the image in cluster mode)."""
+        return list(self.image.topics) if self.image is not None else [info.name for info in self.topics]
 
     async def wait_committed(self, topic: str, partition: int, end_offset: int, timeout: float) -> ErrorCode | None:
         """Wait until the partition's high watermark reaches ``end_offset`` (acks=all, and the
@@ -469,6 +490,12 @@ class BrokerState:
     def close(self) -> None:
         """Flush and close every log so the next start needs no recovery."""
         self.logs.close()
+
+
+class ControllerForwarder(Protocol):
+    """The broker's channel to the active controller (kafkakit.broker.controller.channel)."""
+
+    async def send(self, request: Any, timeout: float) -> Any: ...
 
 
 class ReplicaManagerHook(Protocol):

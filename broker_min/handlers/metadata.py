@@ -1,10 +1,18 @@
-"""Metadata (key 3), v0-12: this broker, the cluster id, and topics (auto-created when allowed).
+"""Metadata (key 3), v0-12: the brokers, the cluster id, and topics (auto-created when allowed).
 
-Every partition is led by this node with replicas = isr = [node id] and the
-leader epoch of its log (0 from its creation on a single node).  Topics that do
-not exist are created on the spot when the broker allows it and the request
-does (``allow_auto_topic_creation`` from v4, always before), which librdkafka's
-and the Java client's tests rely on.
+On a single node every partition is led by this node with replicas = isr = [node id] and
+the leader epoch of its log (0 from its creation).  In cluster mode everything comes from
+the node's metadata image: the unfenced brokers (on the listener the request came in on),
+each partition's leader, leader epoch, replicas and ISR; a partition without a leader answers
+LEADER_NOT_AVAILABLE and its fenced replicas are listed as offline.  The controller id is the
+active controller when it is a live broker (every node is combined here), as clients only
+use it for admin requests that any broker accepts.
+
+Topics that do not exist are created when the broker allows it and the request does
+(``allow_auto_topic_creation`` from v4, always before), which librdkafka's and the Java
+client's tests rely on: on a single node on the spot; in cluster mode through the
+controller, answered with LEADER_NOT_AVAILABLE as Kafka does until the topic reaches this
+node's image.
 """
 
 from __future__ import annotations
@@ -30,23 +38,67 @@ async def handle_metadata(state: BrokerState, header: RequestHeaderInfo, request
     """Describe the broker and the requested (or all) topics."""
     version = header.api_version
     cls = response_class(API_KEY, version)
-    broker = make(
-        nested(cls, "MetadataResponseBroker"),
-        node_id=state.node_id,
-        host=state.advertised_endpoint()[0],
-        port=state.advertised_endpoint()[1],
-        rack=None,
-    )
-    topics = tuple(_describe(state, cls, req) for req in _requested(state, version, request))
+    requested = _requested(state, version, request)
+    if state.controller_channel is not None:
+        await _auto_create_in_cluster(state, requested)
+    brokers = live_brokers(state)
+    live = frozenset(node_id for node_id, _, _, _ in brokers)
+    topics = tuple(_describe(state, cls, req, live) for req in requested)
+    broker_cls = nested(cls, "MetadataResponseBroker")
     return make(
         cls,
         throttle_time=NO_THROTTLE,
-        brokers=(broker,),
+        brokers=tuple(make(broker_cls, node_id=n, host=h, port=p, rack=r) for n, h, p, r in brokers),
         cluster_id=state.cluster_id,
-        controller_id=state.node_id,
+        controller_id=controller_id(state),
         topics=topics,
         cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
     )
+
+
+def live_brokers(state: BrokerState) -> list[tuple[int, str, int, str | None]]:
+    """(node id, host, port, rack) of every live broker on the current request's listener."""
+    if state.image is None:
+        host, port = state.advertised_endpoint()
+        return [(state.node_id, host, port, None)]
+    out = []
+    for broker in state.image.live_brokers():
+        endpoint = state.node_endpoint(broker.broker_id)
+        if endpoint is not None:
+            out.append((broker.broker_id, endpoint[0], endpoint[1], broker.rack))
+    return out
+
+
+def controller_id(state: BrokerState) -> int:
+    """The controller id clients see: the active controller if it is a live broker, else this node."""
+    if state.image is None:
+        return state.node_id
+    active = state.active_controller()
+    if active is not None and state.node_endpoint(active) is not None:
+        return active
+    return state.node_id
+
+
+async def _auto_create_in_cluster(
+    state: BrokerState, requested: list[tuple[str | None, uuid.UUID | None, bool]]
+) -> None:
+    """Ask the controller to create the missing topics this request may auto-create."""
+    if not state.config.auto_create_topics_enable:
+        return
+    missing = [
+        name
+        for name, _, allow in requested
+        if allow
+        and name is not None
+        and name not in state.topics_names()
+        and topic_name_error(name) is None
+        and _may_describe(state, name)
+        and may_create_topic(state, name)
+    ]
+    if missing:
+        from kafkakit.broker.handlers.topics import create_in_cluster  # topics imports this module
+
+        await create_in_cluster(state, missing)
 
 
 def _requested(
@@ -65,7 +117,9 @@ def _requested(
     return out
 
 
-def _describe(state: BrokerState, cls: type, wanted: tuple[str | None, uuid.UUID | None, bool]) -> Any:
+def _describe(
+    state: BrokerState, cls: type, wanted: tuple[str | None, uuid.UUID | None, bool], live: frozenset[int]
+) -> Any:
     name, topic_id, allow_create = wanted
     info: TopicInfo | None
     if name is None:
@@ -80,13 +134,18 @@ def _describe(state: BrokerState, cls: type, wanted: tuple[str | None, uuid.UUID
         if not _may_describe(state, name):  # checked first: existence is not revealed
             return _topic_error(cls, name, None, ErrorCode.topic_authorization_failed)
         info = state.topics.get(name)
+        if info is None and state.image is not None:
+            # Cluster mode: _auto_create_in_cluster asked the controller; the topic is not here yet.
+            created = allow_create and state.config.auto_create_topics_enable and may_create_topic(state, name)
+            code = ErrorCode.leader_not_available if created else ErrorCode.unknown_topic_or_partition
+            return _topic_error(cls, name, None, code)
         if info is None and allow_create and state.config.auto_create_topics_enable:
             if not may_create_topic(state, name):
                 return _topic_error(cls, name, None, ErrorCode.topic_authorization_failed)
             info = state.create_topic(name, state.config.num_partitions)
         if info is None:
             return _topic_error(cls, name, None, ErrorCode.unknown_topic_or_partition)
-    return _topic(state, cls, info)
+    return _topic(state, cls, info, live)
 
 
 def _may_describe(state: BrokerState, topic: str) -> bool:
@@ -100,22 +159,9 @@ def may_create_topic(state: BrokerState, topic: str) -> bool:
     )
 
 
-def _topic(state: BrokerState, cls: type, info: TopicInfo) -> Any:
+def _topic(state: BrokerState, cls: type, info: TopicInfo, live: frozenset[int]) -> Any:
     partition_cls = nested(cls, "MetadataResponsePartition")
-    node = (state.node_id,)
-    partitions = tuple(
-        make(
-            partition_cls,
-            error_code=ErrorCode.none,
-            partition_index=p,
-            leader_id=state.node_id,
-            leader_epoch=state.leader_epoch(info.name, p),
-            replica_nodes=node,
-            isr_nodes=node,
-            offline_replicas=(),
-        )
-        for p in range(info.num_partitions)
-    )
+    partitions = tuple(_partition(state, partition_cls, info.name, p, live) for p in range(info.num_partitions))
     return make(
         nested(cls, "MetadataResponseTopic"),
         error_code=ErrorCode.none,
@@ -124,6 +170,24 @@ def _topic(state: BrokerState, cls: type, info: TopicInfo) -> Any:
         is_internal=info.is_internal,
         partitions=partitions,
         topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+    )
+
+
+def _partition(state: BrokerState, partition_cls: type, topic: str, index: int, live: frozenset[int]) -> Any:
+    registration = state.partition_registration(topic, index)
+    if registration is None:
+        return make(partition_cls, error_code=ErrorCode.leader_not_available, partition_index=index, leader_id=-1,
+                    leader_epoch=-1, replica_nodes=(), isr_nodes=(), offline_replicas=())  # fmt: skip
+    leader = registration.leader if registration.leader in live else -1
+    return make(
+        partition_cls,
+        error_code=ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
+        partition_index=index,
+        leader_id=leader,
+        leader_epoch=registration.leader_epoch,
+        replica_nodes=registration.replicas,
+        isr_nodes=registration.isr,
+        offline_replicas=tuple(r for r in registration.replicas if r not in live),
     )
 
 

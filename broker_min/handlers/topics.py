@@ -2,10 +2,19 @@
 
 A single node can only hold one replica, so replication factor must be 1 or -1
 (the broker default); explicit assignments must name this node only.
+
+In cluster mode the broker checks authorization and forwards the rest of the request, in
+the client's own version, to the active controller (Kafka forwards these to the controller
+too), which validates, places replicas and writes the metadata records; the broker then
+waits briefly for the change to reach its own image, so that a client's next Metadata
+request here already sees it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import datetime
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +25,7 @@ from kafkakit.broker.handlers.metadata import may_create_topic
 from kafkakit.broker.log import LogConfig
 from kafkakit.broker.state import TopicInfo, topic_name_error
 from kafkakit.errors import KafkaConfigError
-from kafkakit.protocol import RequestHeaderInfo, response_class
+from kafkakit.protocol import RequestHeaderInfo, request_class, response_class
 from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -34,12 +43,17 @@ class _Rejected(Exception):
         self.message = message
 
 
+#: Seconds a forwarding broker waits for a created or deleted topic to reach its own image.
+_PROPAGATION_WAIT = 5.0
+
+
 async def handle_create_topics(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
     """Create (or with validate_only, only check) each requested topic."""
     cls = response_class(CREATE_TOPICS, header.api_version)
     result_cls = nested(cls, "CreatableTopicResult")
     names = [t.name for t in request.topics]
     results = []
+    forwarded = []
     for topic in request.topics:
         if names.count(topic.name) > 1:
             results.append(
@@ -49,6 +63,9 @@ async def handle_create_topics(state: BrokerState, header: RequestHeaderInfo, re
         if not may_create_topic(state, topic.name):
             results.append(_create_error(result_cls, topic.name, ErrorCode.topic_authorization_failed,
                                          "Authorization failed."))  # fmt: skip
+            continue
+        if state.controller_channel is not None:
+            forwarded.append(topic)
             continue
         try:
             num_partitions, configs = _validate(state, topic)
@@ -60,7 +77,49 @@ async def handle_create_topics(state: BrokerState, header: RequestHeaderInfo, re
         else:
             info = state.create_topic(topic.name, num_partitions, configs)
         results.append(_created(state, cls, result_cls, info))
+    if forwarded:
+        results.extend(await _forward_create(state, request, forwarded, result_cls))
     return make(cls, throttle_time=NO_THROTTLE, topics=tuple(results))
+
+
+async def _forward_create(state: BrokerState, request: Any, topics: list[Any], result_cls: type) -> list[Any]:
+    """Cluster mode: the controller creates ``topics``; its answers, in the client's version."""
+    channel = state.controller_channel
+    assert channel is not None
+    timeout = max(request.timeout.total_seconds(), 1.0)
+    try:
+        answer = await channel.send(dataclasses.replace(request, topics=tuple(topics)), timeout)
+    except (TimeoutError, ConnectionError) as exc:
+        return [_create_error(result_cls, t.name, ErrorCode.request_timed_out, f"controller: {exc!r}") for t in topics]
+    created = [r.name for r in answer.topics if r.error_code == ErrorCode.none]
+    if created and not request.validate_only:
+        await state.wait_for_topics(created, _PROPAGATION_WAIT)
+    return list(answer.topics)
+
+
+async def create_in_cluster(state: BrokerState, names: list[str]) -> None:
+    """Cluster mode: ask the controller to create ``names`` with the broker defaults (auto-creation);
+    errors (e.g. another broker created one first) are left to the caller's next look."""
+    channel = state.controller_channel
+    assert channel is not None
+    topic_cls = nested(request_class(CREATE_TOPICS, _FORWARD_VERSION), "CreatableTopic")
+    topics = tuple(
+        make(topic_cls, name=name, num_partitions=-1, replication_factor=-1, assignments=(), configs=())
+        for name in names
+    )
+    request = make(
+        request_class(CREATE_TOPICS, _FORWARD_VERSION),
+        topics=topics,
+        timeout=datetime.timedelta(seconds=30),
+        validate_only=False,
+    )
+    try:
+        await channel.send(request, _PROPAGATION_WAIT)
+    except (TimeoutError, ConnectionError):
+        return
+
+
+_FORWARD_VERSION = 7
 
 
 def _validate(state: BrokerState, topic: Any) -> tuple[int, dict[str, str]]:
@@ -152,6 +211,7 @@ async def handle_delete_topics(state: BrokerState, header: RequestHeaderInfo, re
     else:
         wanted = [(name, None) for name in request.topic_names]
     results = []
+    forward: list[tuple[str | None, uuid.UUID | None]] = []
     for name, topic_id in wanted:
         info = state.topics.get(name) if name is not None else None
         if name is None and topic_id is not None:
@@ -174,6 +234,9 @@ async def handle_delete_topics(state: BrokerState, header: RequestHeaderInfo, re
                 )
             )
             continue
+        if state.controller_channel is not None:
+            forward.append((info.name, info.topic_id))
+            continue
         state.delete_topic(info.name)
         results.append(
             make(
@@ -184,7 +247,38 @@ async def handle_delete_topics(state: BrokerState, header: RequestHeaderInfo, re
                 error_message=None,
             )
         )
+    if forward:
+        results.extend(await _forward_delete(state, header.api_version, request, forward, result_cls))
     return make(cls, throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+async def _forward_delete(
+    state: BrokerState, version: int, request: Any, wanted: list[tuple[str | None, uuid.UUID | None]], result_cls: type
+) -> list[Any]:
+    """Cluster mode: the controller deletes the (authorized, existing) topics; its answers."""
+    channel = state.controller_channel
+    assert channel is not None
+    if version >= 6:
+        state_cls = nested(request_class(DELETE_TOPICS, version), "DeleteTopicState")
+        forwarded = dataclasses.replace(
+            request, topics=tuple(make(state_cls, name=n, topic_id=i or _ZERO_UUID) for n, i in wanted)
+        )
+    else:
+        forwarded = dataclasses.replace(request, topic_names=tuple(n for n, _ in wanted if n is not None))
+    try:
+        answer = await channel.send(forwarded, 30.0)
+    except (TimeoutError, ConnectionError) as exc:
+        return [
+            make(result_cls, name=n, topic_id=i or _ZERO_UUID, error_code=ErrorCode.request_timed_out,
+                 error_message=f"controller: {exc!r}")  # fmt: skip
+            for n, i in wanted
+        ]
+    deleted = {r.name for r in answer.responses if r.error_code == ErrorCode.none}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _PROPAGATION_WAIT
+    while deleted & set(state.topics_names()) and loop.time() < deadline:
+        await asyncio.sleep(0.01)
+    return list(answer.responses)
 
 
 HANDLERS = (

@@ -79,7 +79,23 @@ def configured_listeners(config: BrokerConfig, host: str, port: int) -> list[Lis
     protocols = parse_protocol_map(config.listener_security_protocol_map)
     if config.listeners is None:
         return [Listener("PLAINTEXT", host, port, protocols.get("PLAINTEXT", "PLAINTEXT"))]
-    return parse_listeners(config.listeners, protocols)
+    if not config.cluster_mode:
+        return parse_listeners(config.listeners, protocols)
+    # In cluster mode the controller listener (the quorum's voter address) is served by the
+    # Raft endpoint, not by the broker; Kafka's own configs map it to PLAINTEXT.
+    controller = config.controller_listener_set()
+    for name in controller:
+        protocols.setdefault(name, "PLAINTEXT")
+    listeners = parse_listeners(config.listeners, protocols)
+    for lst in listeners:
+        if lst.name in controller and lst.security_protocol != "PLAINTEXT":
+            raise KafkaConfigError(
+                "listener.security.protocol.map", f"controller listener {lst.name}: only PLAINTEXT is supported yet"
+            )
+    brokers = [lst for lst in listeners if lst.name not in controller]
+    if not brokers:
+        raise KafkaConfigError("listeners", "no broker listener besides the controller listener")
+    return brokers
 
 
 def advertised_endpoints(
