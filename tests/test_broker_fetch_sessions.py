@@ -9,6 +9,7 @@ has 1,000 slots).
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,23 @@ async def _setup(bootstrap: str, topic: str) -> None:
     async with Admin(bootstrap_servers=bootstrap) as admin:
         await admin.create_topics([NewTopic(topic, 3, 1)])
     await _produce(bootstrap, topic, 0)
+    await _wait_all_partitions_ready(bootstrap, topic)
+
+
+async def _wait_all_partitions_ready(bootstrap: str, topic: str) -> None:
+    """Kafka answers a partition whose leader is still being set up with an error, and its next
+    answer then differs: a session test must start once every partition answers cleanly."""
+    client = await RawClient.connect(bootstrap)
+    try:
+        for _ in range(100):
+            response = await client.call(_fetch(topic, 0, -1, {0: 0, 1: 0, 2: 0}))
+            errors = {int(p.partition_index): p.error_code for t in response.responses for p in t.partitions}
+            if len(errors) == 3 and all(code == ErrorCode.none for code in errors.values()):
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"partitions of {topic} not ready: {errors}")
+    finally:
+        client.close()
 
 
 async def _produce(bootstrap: str, topic: str, partition: int) -> None:
