@@ -41,7 +41,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from kafkakit.errors import CorruptRecordError
 from kafkakit.records import CONTROL_COMMIT, read_control_type
@@ -71,6 +71,19 @@ MAX_TRACKED_EPOCHS = 100_000
 # -- producer ids -----------------------------------------------------------------------------
 
 
+class ProducerIdsUnavailableError(Exception):
+    """No producer id block is at hand yet (cluster mode, before the controller sent one);
+    answered as COORDINATOR_LOAD_IN_PROGRESS, which clients retry."""
+
+
+class ProducerIdBlockSource(Protocol):
+    """Where a cluster's producer id blocks come from (kafkakit.broker.producer_id_blocks)."""
+
+    def take_block(self) -> tuple[int, int]:
+        """``(start, end)`` of a block no other broker holds; raises if none is at hand."""
+        ...
+
+
 class ProducerIdAllocator:
     """Unique producer ids for this data directory, and their epochs for KIP-360 bumps."""
 
@@ -81,6 +94,7 @@ class ProducerIdAllocator:
         self._next_id = self._next_block_start
         self._block_end = self._next_block_start  # empty: the first allocation reserves a block
         self._epochs: dict[int, int] = {}
+        self._block_source: ProducerIdBlockSource | None = None
 
     def allocate(self) -> int:
         """A producer id never handed out before by this data directory (epoch 0)."""
@@ -111,7 +125,15 @@ class ProducerIdAllocator:
         if len(epochs) > MAX_TRACKED_EPOCHS:
             del epochs[next(iter(epochs))]  # the least recently used id
 
+    def use_block_source(self, source: ProducerIdBlockSource) -> None:
+        """Take id blocks from ``source`` from now on (cluster mode: the controller hands them out)."""
+        self._block_source = source
+        self._next_id = self._block_end = 0
+
     def _reserve_block(self) -> None:
+        if self._block_source is not None:
+            self._next_id, self._block_end = self._block_source.take_block()
+            return
         start = self._next_block_start
         end = start + self._block_size
         _write_next_block_start(self._path, end)
@@ -434,6 +456,11 @@ class ProducerStateRegistry:
         """The state of ``partition_log`` if it was already built, else None (it will scan later)."""
         found = self._states.get((partition_log.topic, partition_log.partition))
         return found[1] if found is not None and found[0] is partition_log else None
+
+    def forget_partition(self, topic: str, partition: int) -> None:
+        """Drop one partition's state, to be rebuilt from its log on next use (cluster mode: a
+        leadership change or a follower's truncation changed the log under it)."""
+        self._states.pop((topic, partition), None)
 
     def forget_topic(self, topic: str) -> None:
         """Drop the state of a deleted topic's partitions."""

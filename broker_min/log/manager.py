@@ -60,10 +60,20 @@ class LogManager:
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self._logs.get((topic, partition))
 
-    def create(self, topic: str, partition: int, config: LogConfig | None = None) -> PartitionLog:
-        """Create (or return the already existing) log of ``topic``/``partition``."""
-        existing = self._logs.get((topic, partition))
+    def create(
+        self, topic: str, partition: int, config: LogConfig | None = None, *, single_replica: bool = True
+    ) -> PartitionLog:
+        """Create (or return the already existing) log of ``topic``/``partition``.
+
+        ``single_replica=False`` is for a replicated partition (cluster mode): its HW moves only
+        by replication and starts at the checkpointed one (the log start without a checkpoint,
+        as in Kafka); an already open single-replica log is switched over the same way.
+        """
+        key = (topic, partition)
+        existing = self._logs.get(key)
         if existing is not None:
+            if not single_replica:
+                existing.start_replication(self._checkpointed_hw.get(key))
             return existing
         if not is_valid_topic_name(topic) or partition < 0:
             raise InvalidPartitionDirectoryError(f"invalid topic partition {topic!r}/{partition}")
@@ -71,9 +81,23 @@ class LogManager:
         path = self.data_dir / partition_dir_name(topic, partition)
         path.mkdir(parents=True, exist_ok=True)
         write_properties(path / TOPIC_CONFIG_FILE, self._overrides(config))
-        log = PartitionLog.open(path, config)
-        self._logs[(topic, partition)] = log
+        if single_replica:
+            log = PartitionLog.open(path, config)
+        else:
+            log = PartitionLog.open(
+                path, config, high_watermark=self._checkpointed_hw.get(key, 0), single_replica=False
+            )
+        self._logs[key] = log
         return log
+
+    def delete_partition(self, topic: str, partition: int) -> bool:
+        """Delete one partition's directory (a replica moved off this node); False if it had none."""
+        log = self._logs.pop((topic, partition), None)
+        self._checkpointed_hw.pop((topic, partition), None)
+        if log is None:
+            return False
+        log.delete()
+        return True
 
     def _overrides(self, config: LogConfig) -> dict[str, str]:
         defaults = self.default_config.to_topic_configs()
@@ -97,6 +121,7 @@ class LogManager:
     def delete_topic(self, topic: str) -> None:
         """Delete every partition directory of ``topic``."""
         for key in [k for k in self._logs if k[0] == topic]:
+            self._checkpointed_hw.pop(key, None)
             self._logs.pop(key).delete()
 
     def partitions(self) -> dict[tuple[str, int], PartitionLog]:

@@ -22,11 +22,17 @@ A single node leads every partition in epoch 0 from its creation;
 High watermark: :attr:`PartitionLog.high_watermark` is kept apart from the log
 end offset.  It is the bound of everything consumers see: Fetch reads below it
 (or below the LSO, which never exceeds it), ListOffsets "latest" answers it and
-timestamp lookups ignore offsets at or above it.  With ``single_replica`` (the
-only mode today) every append is committed at once, so HW = LEO after each
-append and after recovery; a replicated partition will open at its
+timestamp lookups ignore offsets at or above it.  With ``single_replica`` (a
+single node) every append is committed at once, so HW = LEO after each
+append and after recovery; a replicated partition (cluster mode) opens at its
 checkpointed HW (Kafka's ``replication-offset-checkpoint``, written by the
-:class:`~.manager.LogManager`) and move it with :meth:`PartitionLog.update_high_watermark`.
+:class:`~.manager.LogManager`) and the replication layer moves it with
+:meth:`PartitionLog.update_high_watermark`.
+
+Followers (cluster mode, :mod:`kafkakit.broker.replication`): :meth:`PartitionLog.append_as_follower`
+writes the leader's batches with their offsets and epochs, :meth:`PartitionLog.truncate_to`
+cuts a tail the leader does not have and :meth:`PartitionLog.truncate_fully_and_start_at`
+restarts an empty log at the leader's log start.
 """
 
 from __future__ import annotations
@@ -35,20 +41,26 @@ import logging
 import re
 import shutil
 import time
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from crc32c import crc32c
+
 from .batch import (
+    ATTRIBUTES_OFFSET,
     CONTROL_BIT,
+    HEADER_SIZE,
     LOG_OVERHEAD,
     TRANSACTIONAL_BIT,
     BatchHeader,
     check_batches,
     log_append_time_header,
     offset_header,
+    read_batch_header,
+    structural_problem,
 )
 from .checkpoint import (
     CLEAN_SHUTDOWN_FILE,
@@ -60,7 +72,13 @@ from .checkpoint import (
     write_offset_checkpoint,
 )
 from .config import LogConfig
-from .errors import InvalidPartitionDirectoryError, LogError, OffsetOutOfRange
+from .errors import (
+    CORRUPT_MESSAGE,
+    InvalidBatchError,
+    InvalidPartitionDirectoryError,
+    LogError,
+    OffsetOutOfRange,
+)
 from .leader_epochs import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, BytesLike, FileSlice, LogSegment
 from .swap import SWAP_SUFFIX, recover_swaps, swap_failpoint
@@ -278,6 +296,21 @@ class PartitionLog:
         self.leader_epoch = epoch
         self._epochs.assign(epoch, self.log_end_offset)
 
+    def become_follower(self, epoch: int) -> None:
+        """This node follows the partition's leader of ``epoch``: the epoch is remembered as the
+        current one (Fetch/OffsetForLeaderEpoch checks) but not written to the cache, which learns
+        epochs from the leader's batches (:meth:`append_as_follower`)."""
+        self._check_open()
+        self.leader_epoch = max(epoch, self.leader_epoch)
+
+    def start_replication(self, high_watermark: int | None) -> None:
+        """Stop committing appends at once: from now on only :meth:`update_high_watermark` moves the
+        HW, which restarts at ``high_watermark`` (the checkpointed one; the log start when None)."""
+        if not self.single_replica:
+            return
+        self.single_replica = False
+        self.update_high_watermark(high_watermark if high_watermark is not None else self.log_start_offset)
+
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """``(epoch, end offset)`` OffsetForLeaderEpoch answers for ``epoch``; ``(-1, -1)`` if unknown."""
         found = self._epochs.end_offset_for(epoch, self.log_end_offset)
@@ -336,6 +369,63 @@ class PartitionLog:
         if config.flush_messages is not None and self._unflushed_messages >= config.flush_messages:
             self.flush(now_ms=now)
         return AppendResult(first.base_offset, last.last_offset, append_time, self.log_start_offset, batches)
+
+    def append_as_follower(
+        self, data: BytesLike, *, high_watermark: int | None = None, now_ms: int | None = None
+    ) -> AppendResult | None:
+        """Append batches fetched from the leader as they are: the leader's offsets and partition
+        leader epochs are kept (Kafka's appendAsFollower); None when ``data`` holds no whole batch.
+
+        Each batch must pass its structure and CRC-32C checks and start at or after the log end
+        (offsets may jump: the leader's log may be compacted); a partial batch at the end of
+        ``data`` (the leader's size limit) is ignored.  Every epoch change among the batches is
+        recorded in the epoch cache.  The HW becomes ``min(high_watermark, log end)`` when given
+        (the leader's HW from the same Fetch answer).  Raises :class:`InvalidBatchError`.
+        """
+        self._check_open()
+        view = memoryview(data)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        checked = _fetched_batches(view, self.log_end_offset)
+        if not checked:
+            if high_watermark is not None:
+                self.update_high_watermark(high_watermark)
+            return None
+        now = now_ms if now_ms is not None else _now_ms()
+        placed: list[tuple[int, int, int, int]] = []
+        batches: list[AppendedBatch] = []
+        for _, header in checked:
+            attributes = header.attributes
+            placed.append((header.base_offset, header.last_offset, header.max_timestamp, header.size))
+            batches.append(
+                AppendedBatch(
+                    header.base_offset, header.last_offset, header.max_timestamp, header.producer_id,
+                    header.producer_epoch, header.base_sequence, header.record_count,
+                    bool(attributes & TRANSACTIONAL_BIT), bool(attributes & CONTROL_BIT),
+                )
+            )  # fmt: skip
+        first, last = batches[0], batches[-1]
+        end = checked[-1][0] + checked[-1][1].size
+        max_timestamp = max(b.max_timestamp for b in batches)
+        segment = self._segments[-1]
+        if segment.needs_roll(end, max_timestamp, last.last_offset, self.config, now):
+            segment = self.roll(now_ms=now)
+        segment.append([view[:end]], end, placed)
+        epochs = self._epochs
+        changed = False
+        for _, header in checked:
+            epoch = header.partition_leader_epoch
+            if epoch >= 0 and epoch != epochs.latest_epoch:
+                changed |= epochs.assign(epoch, header.base_offset, write=False)
+        if changed:
+            epochs.write()
+        if high_watermark is not None:
+            self.update_high_watermark(high_watermark)
+        self._unflushed_messages += last.last_offset - first.base_offset + 1
+        config = self.config
+        if config.flush_messages is not None and self._unflushed_messages >= config.flush_messages:
+            self.flush(now_ms=now)
+        return AppendResult(first.base_offset, last.last_offset, -1, self.log_start_offset, batches)
 
     def _assign_offsets(
         self, view: memoryview, checked: list[tuple[int, BatchHeader]], append_time: int
@@ -491,6 +581,68 @@ class PartitionLog:
             count += 1
         self._delete_oldest(count)
 
+    def truncate_to(self, offset: int) -> bool:
+        """Remove everything from ``offset`` on (a follower cutting a tail its leader does not
+        have; Kafka's truncateTo); returns whether anything was removed.
+
+        Whole batches go: the log ends at ``offset`` or, if a batch straddles it, at that
+        batch's base offset.  Later segments are deleted, the last kept one is cut and becomes
+        the active segment, the epoch cache loses the entries past the new end, and the HW and
+        recovery point are clamped; every step is on disk (fsync'ed) before this returns.
+        Below the log start it empties the log to start at ``offset``
+        (:meth:`truncate_fully_and_start_at`).
+        """
+        self._check_open()
+        if offset >= self.log_end_offset:
+            return False
+        keep = bisect_left(self._bases, offset)  # segments starting below offset
+        if offset < self.log_start_offset or keep == 0:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        doomed = self._segments[keep:]
+        for segment in doomed:
+            segment.delete()
+        del self._segments[keep:]
+        del self._bases[keep:]
+        self._sealed_unflushed = [s for s in self._sealed_unflushed if s not in doomed]
+        active = self._segments[-1]
+        active.open_for_append()
+        active.truncate_to(offset)
+        fsync_path(self.directory)
+        self._after_truncation()
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int, *, now_ms: int | None = None) -> None:
+        """Delete every segment and restart the empty log at ``offset`` (a follower whose fetch
+        position fell below the leader's log start; Kafka's truncateFullyAndStartAt)."""
+        self._check_open()
+        # The new start is written first: a crash before the segments go leaves the old data
+        # with a moved start, which the next open accepts (and the follower truncates again).
+        write_offset_checkpoint(
+            self.directory / LOG_START_OFFSET_FILE, self.topic, self.partition, offset, fsync=True
+        )
+        for segment in self._segments:
+            segment.delete()
+        now = now_ms if now_ms is not None else _now_ms()
+        segment = LogSegment.create(self.directory, offset, self.config, now)
+        self._segments, self._bases, self._sealed_unflushed = [segment], [offset], []
+        self.log_start_offset = offset
+        self._unflushed_messages = 0
+        fsync_path(self.directory)
+        self._epochs.clear()
+        self._epochs.write()
+        self._after_truncation()
+
+    def _after_truncation(self) -> None:
+        log_end = self.log_end_offset
+        self._epochs.truncate_from_end(log_end)
+        self._high_watermark = min(max(self._high_watermark, self.log_start_offset), log_end)
+        if self.recovery_point > log_end or self.recovery_point < self.log_start_offset:
+            self.recovery_point = log_end
+            write_offset_checkpoint(
+                self.directory / RECOVERY_POINT_FILE, self.topic, self.partition, log_end, fsync=True
+            )
+
     def replace_segments(self, old: list[LogSegment], new: LogSegment) -> bool:
         """Swap the sealed segments ``old`` (consecutive, still in the log) for their cleaned copy
         ``new`` (files named ``<base>.*.cleaned``, sealed); see :mod:`.swap` for the crash safety.
@@ -597,6 +749,34 @@ class PartitionLog:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _fetched_batches(view: memoryview, log_end: int) -> list[tuple[int, BatchHeader]]:
+    """``(position, header)`` of the whole batches of a leader's Fetch answer, checked as a
+    follower checks them (structure, CRC-32C, offsets from ``log_end`` on and increasing);
+    a partial last batch is left out.  Compacted batches (record counts below the offset
+    span, even empty ones) are fine here, unlike in a produced record set."""
+    batches: list[tuple[int, BatchHeader]] = []
+    pos, end, expected = 0, len(view), log_end
+    while end - pos >= HEADER_SIZE:
+        header = read_batch_header(view, pos)
+        size = header.size
+        if size > end - pos:
+            break  # cut by the leader's size limit
+        problem = structural_problem(header)
+        if problem is not None:
+            raise InvalidBatchError(CORRUPT_MESSAGE, f"fetched batch at byte {pos}: {problem}")
+        if crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) != header.crc:
+            raise InvalidBatchError(CORRUPT_MESSAGE, f"fetched batch at byte {pos} fails its CRC-32C check")
+        if header.base_offset < expected:
+            raise InvalidBatchError(
+                CORRUPT_MESSAGE,
+                f"fetched batch at offset {header.base_offset} does not follow offset {expected - 1}",
+            )
+        batches.append((pos, header))
+        expected = header.last_offset + 1
+        pos += size
+    return batches
 
 
 def _remove_strays(directory: Path) -> None:

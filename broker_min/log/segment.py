@@ -228,6 +228,38 @@ class LogSegment:
         self.persist_indexes()
         return truncated
 
+    def truncate_to(self, offset: int) -> int:
+        """Cut the batch holding ``offset`` and everything after it (Kafka's LogSegment.truncateTo,
+        for a follower whose log diverged from its leader's); returns the bytes removed.
+
+        The file is cut and fsync'ed and both indexes are rebuilt from the remaining batch
+        headers (their files rewritten and fsync'ed), so the change survives a crash.
+        """
+        found = self.locate(offset)
+        if found is None:
+            return 0
+        position = found[0]
+        removed = self.size - position
+        fd = self._writer if self._writer is not None else os.open(self.log_path, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, position)
+            os.fsync(fd)
+        finally:
+            if fd != self._writer:
+                os.close(fd)
+        kept = list(self.headers(0, end=position))
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.size, self.next_offset, self.max_timestamp = 0, self.base_offset, -1
+        self.offset_of_max_timestamp, self.rolling_timestamp = self.base_offset, None
+        self._bytes_since_index_entry = 0
+        for _, header in kept:
+            self._track(header.base_offset, header.last_offset, header.max_timestamp, header.size)
+        if self._writer is None:  # a sealed segment keeps its final time index entry
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True)
+        self.persist_indexes(fsync=True)
+        return removed
+
     def _recoverable(self, header: BatchHeader, position: int, file_size: int) -> bool:
         return (
             position + header.size <= file_size
@@ -383,14 +415,14 @@ class LogSegment:
         header = make_header(HEADER.unpack_from(raw))
         return None if structural_problem(header) else header
 
-    def headers(self, position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
-        """``(position, header)`` of every batch from ``position`` to the end.
+    def headers(self, position: int = 0, *, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+        """``(position, header)`` of every batch from ``position`` to the end (or to byte ``end``).
 
         Reads the file in small windows so that walking many small batches costs
         one ``pread`` per window, not one per batch.
         """
         fd = self.reader().fileno()
-        size = self.size
+        size = self.size if end is None else min(self.size, end)
         window, window_start = b"", position
         while position < size:
             at = position - window_start
