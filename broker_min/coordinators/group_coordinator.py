@@ -21,17 +21,11 @@ Timers mirror Kafka's timer keys, one ``loop.call_later`` handle per key:
 Persistence: group metadata and committed offsets are appended to
 ``__consumer_offsets`` (see :mod:`.offsets_topic`) before the in-memory state
 changes, as Kafka does, and :meth:`GroupCoordinator.load` replays that topic on
-start-up.  Groups come back Empty with their last generation and protocol type;
-their members are not restored (they rejoin).
-
-Transactional offsets (TxnOffsetCommit) are appended at once as a
-transactional batch of the producer (see :meth:`OffsetsTopic.append_transactional`)
-and held as *pending* per producer id; the transaction's COMMIT marker in the
-same ``__consumer_offsets`` partition materialises them, an ABORT marker drops
-them, both live (:meth:`GroupCoordinator.complete_transactional_offsets`) and on
-replay, so an open or prepared transaction's offsets survive a restart.  As in
-Kafka, when transactional and plain commits of one partition mix, the record
-written last to the log wins.
+start-up (:mod:`.group_loading`).  Groups come back Empty with their last
+generation and protocol type; their members are not restored (they rejoin).
+Committed and transactional offsets are :mod:`.group_offsets`' (Kafka's
+``OffsetMetadataManager``); this class delegates OffsetCommit, TxnOffsetCommit
+and OffsetFetch to it.
 """
 
 from __future__ import annotations
@@ -39,11 +33,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from kafkakit.broker.log import LogError
-from kafkakit.broker.log.errors import MESSAGE_TOO_LARGE
 from kio.schema.errors import ErrorCode
 
 from .group import (
@@ -52,122 +44,45 @@ from .group import (
     GroupState,
     JoinResult,
     Member,
-    Protocols,
     SyncResult,
     complete_join,
     complete_sync,
     new_member_id,
-    now_ms,
 )
+from .group_api import (
+    GroupDescription,
+    GroupSettings,
+    JoinRequest,
+    SyncRequest,
+    describe_group,
+    list_groups,
+)
+from .group_loading import replay
+from .group_offsets import FetchedOffset, GroupTables, OffsetManager, OffsetToCommit, append_error
 from .group_records import (
     GroupKey,
-    GroupRecordError,
     GroupValue,
     MemberValue,
     OffsetKey,
-    OffsetValue,
-    decode_group_value,
-    decode_key,
-    decode_offset_value,
     encode_group_key,
     encode_group_value,
     encode_offset_key,
-    encode_offset_value,
 )
-from .offsets_topic import CoordinatorRecord, OffsetsTopic, StoredMarker
+from .offsets_topic import CoordinatorRecord, OffsetsTopic
+
+__all__ = [  # the request/answer types stay importable from here
+    "FetchedOffset",
+    "GroupCoordinator",
+    "GroupDescription",
+    "GroupSettings",
+    "JoinRequest",
+    "OffsetToCommit",
+    "SyncRequest",
+]
 
 log = logging.getLogger("kafkakit.broker.groups")
 
 TimerKey = tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class GroupSettings:
-    """The broker's group.* settings (Kafka's names and defaults unless noted)."""
-
-    initial_rebalance_delay_ms: int = 3000
-    min_session_timeout_ms: int = 6000
-    max_session_timeout_ms: int = 1_800_000
-    new_member_join_timeout_ms: int = 300_000
-    offset_metadata_max_bytes: int = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class JoinRequest:
-    """A JoinGroup, version differences already resolved by the handler.
-
-    ``require_known_member_id`` is True from v4 (a dynamic member with an empty
-    member id gets MEMBER_ID_REQUIRED and an id to rejoin with).
-    """
-
-    group_id: str
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    protocol_type: str
-    protocols: Protocols
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    require_known_member_id: bool
-
-
-@dataclass(frozen=True, slots=True)
-class SyncRequest:
-    """A SyncGroup; ``protocol_type``/``protocol_name`` are None before v5."""
-
-    group_id: str
-    generation_id: int
-    member_id: str
-    group_instance_id: str | None
-    protocol_type: str | None
-    protocol_name: str | None
-    assignments: Sequence[tuple[str, bytes]]
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetToCommit:
-    """One partition of an OffsetCommit."""
-
-    topic: str
-    partition: int
-    offset: int
-    leader_epoch: int
-    metadata: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class FetchedOffset:
-    """One partition of an OffsetFetch answer (offset -1 when nothing is committed)."""
-
-    partition: int
-    offset: int
-    leader_epoch: int
-    metadata: str
-    error: ErrorCode = ErrorCode.none
-
-
-@dataclass(frozen=True, slots=True)
-class MemberDescription:
-    """A member as DescribeGroups shows it (metadata/assignment only while Stable)."""
-
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    metadata: bytes
-    assignment: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class GroupDescription:
-    """A group as DescribeGroups shows it; an unknown group is described as Dead."""
-
-    group_id: str
-    state: str
-    protocol_type: str
-    protocol_name: str
-    members: tuple[MemberDescription, ...]
 
 
 class GroupCoordinator:
@@ -176,77 +91,28 @@ class GroupCoordinator:
     def __init__(self, store: OffsetsTopic, settings: GroupSettings) -> None:
         self._store = store
         self.settings = settings
-        self.groups: dict[str, ClassicGroup] = {}
-        self.offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
+        self._tables = GroupTables()
+        self.groups: dict[str, ClassicGroup] = self._tables.groups
+        self.offsets = self._tables.offsets
+        self._offsets = OffsetManager(
+            store, self._tables, settings.offset_metadata_max_bytes, self._reschedule_heartbeat
+        )
         self._timers: dict[TimerKey, asyncio.TimerHandle] = {}
-        # Transactional offsets awaiting their transaction's end, with the log offset of their
-        # record: producer id -> group -> (topic, partition) -> (value, record offset).
-        self._pending_txn: dict[int, dict[str, dict[tuple[str, int], tuple[OffsetValue, int]]]] = {}
-        # Log offset of the record behind each committed offset (the most recent record wins).
-        self._offset_positions: dict[tuple[str, str, int], int] = {}
 
     # ==================================================================== load / stop
 
     def load(self) -> None:
         """Rebuild groups and committed offsets from ``__consumer_offsets`` (last value per key wins)."""
-        count = 0
-        for entry in self._store.replay_entries():
-            if isinstance(entry, StoredMarker):
-                self._complete_pending(entry.producer_id, entry.commit, entry.partition)
-                continue
-            count += 1
-            try:
-                key = decode_key(entry.key)
-                if isinstance(key, OffsetKey):
-                    if entry.producer_id >= 0:
-                        self._replay_pending_offset(entry.producer_id, key, entry.value, entry.offset)
-                    else:
-                        self._replay_offset(key, entry.value, entry.offset)
-                elif isinstance(key, GroupKey):
-                    self._replay_group(key, entry.value)
-            except GroupRecordError as exc:
-                log.warning("skipping unreadable __consumer_offsets record: %s", exc)
+        count = replay(self._tables, self._store.replay_entries(), self._store.partition_for)
         if count:
             log.info(
                 "loaded %d group(s), %d committed offset(s) and %d open transaction(s) with offsets "
                 "from %d record(s)",
                 len(self.groups),
                 sum(len(o) for o in self.offsets.values()),
-                len(self._pending_txn),
+                len(self._tables.pending_txn),
                 count,
             )
-
-    def _replay_offset(self, key: OffsetKey, value: bytes | None, position: int = -1) -> None:
-        offsets = self.offsets.setdefault(key.group, {})
-        if value is None:
-            offsets.pop((key.topic, key.partition), None)
-            self._offset_positions.pop((key.group, key.topic, key.partition), None)
-            if not offsets:
-                del self.offsets[key.group]
-            return
-        offsets[(key.topic, key.partition)] = decode_offset_value(value)
-        self._offset_positions[(key.group, key.topic, key.partition)] = position
-        self.groups.setdefault(key.group, ClassicGroup(key.group))  # a "simple" group, as Kafka does
-
-    def _replay_pending_offset(
-        self, producer_id: int, key: OffsetKey, value: bytes | None, position: int
-    ) -> None:
-        if value is None:
-            return  # Kafka never writes transactional tombstones
-        pending = self._pending_txn.setdefault(producer_id, {}).setdefault(key.group, {})
-        pending[(key.topic, key.partition)] = (decode_offset_value(value), position)
-
-    def _replay_group(self, key: GroupKey, value: bytes | None) -> None:
-        if value is None:
-            self.groups.pop(key.group, None)
-            return
-        stored = decode_group_value(value)
-        self.groups[key.group] = ClassicGroup(
-            key.group,
-            state_timestamp_ms=stored.current_state_timestamp,
-            protocol_type=stored.protocol_type or None,
-            generation_id=stored.generation,
-        )
 
     def shutdown(self) -> None:
         """Cancel every timer (broker stop); parked requests end with their connections."""
@@ -830,111 +696,19 @@ class GroupCoordinator:
         retention_ms: int = -1,
     ) -> list[ErrorCode]:
         """Validate the committer and store ``offsets``; one error code per partition, in order."""
-        group = self.groups.get(group_id)
-        try:
-            if group is None:
-                if generation_id >= 0:
-                    raise GroupError(ErrorCode.illegal_generation, f"group {group_id} does not exist")
-                group = ClassicGroup(group_id)  # a simple (standalone) consumer's group
-                self.groups[group_id] = group
-            else:
-                self._validate_commit(group, generation_id, member_id, group_instance_id)
-        except GroupError as exc:
-            return [exc.code] * len(offsets)
-        if group.is_in(GroupState.STABLE, GroupState.PREPARING_REBALANCE):
-            member = group.members.get(member_id)
-            if member is not None:
-                self._reschedule_heartbeat(group, member)
-        now = now_ms()
-        expire = now + retention_ms if retention_ms >= 0 else -1
-        errors: list[ErrorCode] = []
-        records: list[CoordinatorRecord] = []
-        accepted: list[tuple[OffsetKey, OffsetValue]] = []
-        for o in offsets:
-            metadata = o.metadata or ""
-            if len(metadata) > self.settings.offset_metadata_max_bytes:
-                errors.append(ErrorCode.offset_metadata_too_large)
-                continue
-            key = OffsetKey(group_id, o.topic, o.partition)
-            value = OffsetValue(o.offset, o.leader_epoch, metadata, now, expire)
-            records.append((encode_offset_key(key), encode_offset_value(value)))
-            accepted.append((key, value))
-            errors.append(ErrorCode.none)
-        error, base = self._persist_offsets(group_id, records)
-        if error is not None:
-            return [error if e is ErrorCode.none else e for e in errors]
-        stored = self.offsets.setdefault(group_id, {})
-        for index, (key, value) in enumerate(accepted):
-            stored[(key.topic, key.partition)] = value
-            self._offset_positions[(group_id, key.topic, key.partition)] = base + index
-        return errors
-
-    def _persist_offsets(
-        self, group_id: str, records: Sequence[CoordinatorRecord]
-    ) -> tuple[ErrorCode | None, int]:
-        """Append offset records; (None, base offset) on success, else (error, -1) as :meth:`_persist`."""
-        try:
-            return None, self._store.append(group_id, records)
-        except LogError as exc:
-            return self._append_error(group_id, exc, offsets=True), -1
-
-    def _validate_commit(
-        self,
-        group: ClassicGroup,
-        generation_id: int,
-        member_id: str,
-        group_instance_id: str | None,
-        *,
-        transactional: bool = False,
-    ) -> None:
-        """Kafka's ``ClassicGroup.validateOffsetCommit``."""
-        if group.is_in(GroupState.DEAD):
-            raise GroupError(ErrorCode.coordinator_not_available)
-        if generation_id < 0 and group.is_in(GroupState.EMPTY):
-            return  # admin client or standalone consumer: allowed while nobody is a member
-        if generation_id >= 0 or member_id or group_instance_id is not None:
-            group.validate_member(member_id, group_instance_id)
-            if generation_id != group.generation_id:
-                raise GroupError(ErrorCode.illegal_generation)
-        elif not transactional and not group.is_in(GroupState.EMPTY):
-            raise GroupError(ErrorCode.unknown_member_id)
-        if not transactional and group.is_in(GroupState.COMPLETING_REBALANCE):
-            raise GroupError(ErrorCode.rebalance_in_progress)
+        return self._offsets.commit_offsets(
+            group_id, generation_id, member_id, group_instance_id, offsets, retention_ms
+        )
 
     def fetch_offsets(
         self, group_id: str, topics: Sequence[tuple[str, Sequence[int]]] | None, require_stable: bool = False
     ) -> list[tuple[str, list[FetchedOffset]]]:
         """Committed offsets of ``topics`` (every committed partition when None); -1 where none."""
-        stored = self.offsets.get(group_id, {})
-        if topics is None:
-            by_topic: dict[str, list[int]] = {}
-            for topic, partition in stored:
-                by_topic.setdefault(topic, []).append(partition)
-            topics = [(t, sorted(ps)) for t, ps in by_topic.items()]
-        return [
-            (topic, [self._fetched(group_id, stored, topic, p, require_stable) for p in partitions])
-            for topic, partitions in topics
-        ]
-
-    def _fetched(
-        self,
-        group_id: str,
-        stored: Mapping[tuple[str, int], OffsetValue],
-        topic: str,
-        partition: int,
-        require_stable: bool,
-    ) -> FetchedOffset:
-        if require_stable and self.has_pending_transactional_offsets(group_id, topic, partition):
-            return FetchedOffset(partition, -1, -1, "", ErrorCode.unstable_offset_commit)
-        value = stored.get((topic, partition))
-        if value is None:
-            return FetchedOffset(partition, -1, -1, "")
-        return FetchedOffset(partition, value.offset, value.leader_epoch, value.metadata)
+        return self._offsets.fetch_offsets(group_id, topics, require_stable)
 
     def has_pending_transactional_offsets(self, group_id: str, topic: str, partition: int) -> bool:
         """Whether a TxnOffsetCommit for this partition awaits its transaction's end (KIP-447)."""
-        key = (topic, partition)
-        return any(key in groups.get(group_id, {}) for groups in self._pending_txn.values())
+        return self._offsets.has_pending_transactional_offsets(group_id, topic, partition)
 
     def txn_commit_offsets(
         self,
@@ -946,116 +720,26 @@ class GroupCoordinator:
         group_instance_id: str | None,
         offsets: Sequence[OffsetToCommit],
     ) -> list[ErrorCode]:
-        """TxnOffsetCommit: validate (KIP-447), log ``offsets`` in the producer's transaction, hold them.
-
-        They are written to ``__consumer_offsets`` at once, in a transactional
-        batch, and reach the group only when the transaction's COMMIT marker
-        does, see :meth:`complete_transactional_offsets`.
-        """
-        group = self.groups.get(group_id)
-        try:
-            if group is None:
-                if generation_id >= 0:
-                    raise GroupError(ErrorCode.illegal_generation, f"group {group_id} does not exist")
-            else:
-                self._validate_commit(group, generation_id, member_id, group_instance_id, transactional=True)
-        except GroupError as exc:
-            return [exc.code] * len(offsets)
-        now = now_ms()
-        errors: list[ErrorCode] = []
-        accepted: list[tuple[tuple[str, int], OffsetValue]] = []
-        for o in offsets:
-            metadata = o.metadata or ""
-            if len(metadata) > self.settings.offset_metadata_max_bytes:
-                errors.append(ErrorCode.offset_metadata_too_large)
-                continue
-            accepted.append(
-                ((o.topic, o.partition), OffsetValue(o.offset, o.leader_epoch, metadata, now, -1))
-            )
-            errors.append(ErrorCode.none)
-        if not accepted:
-            return errors
-        records = [
-            (encode_offset_key(OffsetKey(group_id, topic, partition)), encode_offset_value(value))
-            for (topic, partition), value in accepted
-        ]
-        try:
-            base = self._store.append_transactional(group_id, records, producer_id, producer_epoch)
-        except LogError as exc:
-            error = self._append_error(group_id, exc, offsets=True)
-            return [error if e is ErrorCode.none else e for e in errors]
-        pending = self._pending_txn.setdefault(producer_id, {}).setdefault(group_id, {})
-        for index, (key, value) in enumerate(accepted):
-            pending[key] = (value, base + index)
-        return errors
+        """TxnOffsetCommit: validate (KIP-447), log ``offsets`` in the producer's transaction, hold
+        them until the transaction's marker (see :meth:`OffsetManager.txn_commit_offsets`)."""
+        return self._offsets.txn_commit_offsets(
+            group_id, producer_id, producer_epoch, generation_id, member_id, group_instance_id, offsets
+        )
 
     def complete_transactional_offsets(self, producer_id: int, commit: bool, partition: int) -> None:
         """A marker for ``producer_id`` was written to ``__consumer_offsets``-``partition``: the
         offsets its transaction logged there become committed (COMMIT) or are dropped (ABORT)."""
-        self._complete_pending(producer_id, commit, partition)
-
-    def _complete_pending(self, producer_id: int, commit: bool, partition: int) -> None:
-        groups = self._pending_txn.get(producer_id)
-        if not groups:
-            return
-        for group_id in [g for g in groups if self._store.partition_for(g) == partition]:
-            offsets = groups.pop(group_id)
-            if commit:
-                self._materialise(group_id, offsets)
-        if not groups:
-            del self._pending_txn[producer_id]
-
-    def _materialise(self, group_id: str, offsets: Mapping[tuple[str, int], tuple[OffsetValue, int]]) -> None:
-        self.groups.setdefault(group_id, ClassicGroup(group_id))
-        stored = self.offsets.setdefault(group_id, {})
-        for (topic, partition), (value, position) in offsets.items():
-            key = (group_id, topic, partition)
-            # A plain commit logged after the transactional one is more recent: keep it (Kafka's rule).
-            if self._offset_positions.get(key, -1) < position or (topic, partition) not in stored:
-                stored[(topic, partition)] = value
-                self._offset_positions[key] = position
+        self._offsets.complete_transactional_offsets(producer_id, commit, partition)
 
     # ==================================================================== admin
 
     def describe(self, group_ids: Iterable[str]) -> list[GroupDescription]:
         """DescribeGroups: members with metadata and assignment only while Stable; unknown groups are Dead."""
-        out = []
-        for group_id in group_ids:
-            group = self.groups.get(group_id)
-            if group is None:
-                out.append(GroupDescription(group_id, GroupState.DEAD.value, "", "", ()))
-                continue
-            stable = group.is_in(GroupState.STABLE)
-            members = tuple(
-                MemberDescription(
-                    m.member_id,
-                    m.group_instance_id,
-                    m.client_id,
-                    m.client_host,
-                    m.metadata(group.protocol_name) if stable else b"",
-                    m.assignment if stable else b"",
-                )
-                for m in group.members.values()
-            )
-            out.append(
-                GroupDescription(
-                    group_id,
-                    group.state.value,
-                    group.protocol_type or "",
-                    (group.protocol_name or "") if stable else "",
-                    members,
-                )
-            )
-        return out
+        return [describe_group(group_id, self.groups.get(group_id)) for group_id in group_ids]
 
     def list_groups(self, states: Iterable[str] = ()) -> list[tuple[str, str, str]]:
         """(group id, protocol type, state) of every group, optionally only in ``states`` (any case)."""
-        wanted = {s.lower() for s in states}
-        return [
-            (g.group_id, g.protocol_type or "", g.state.value)
-            for g in self.groups.values()
-            if not wanted or g.state.value.lower() in wanted
-        ]
+        return list_groups(self.groups.values(), states)
 
     def delete_groups(self, group_ids: Iterable[str]) -> list[tuple[str, ErrorCode]]:
         """Delete Empty groups and their offsets (tombstones in the log); NON_EMPTY_GROUP otherwise."""
@@ -1121,14 +805,8 @@ class GroupCoordinator:
         try:
             self._store.append(group_id, records)
         except LogError as exc:
-            return self._append_error(group_id, exc, offsets=offsets)
+            return append_error(group_id, exc, offsets=offsets)
         return None
-
-    def _append_error(self, group_id: str, exc: LogError, *, offsets: bool) -> ErrorCode:
-        log.error("group %s: appending to __consumer_offsets failed: %s", group_id, exc)
-        if exc.code == MESSAGE_TOO_LARGE:
-            return ErrorCode.invalid_commit_offset_size if offsets else ErrorCode.unknown_server_error
-        return ErrorCode.coordinator_not_available
 
 
 def _inconsistent(requested: str | None, current: str | None) -> bool:

@@ -21,7 +21,7 @@ import contextvars
 from typing import TYPE_CHECKING, Any
 
 from kafkakit.acls import AclOperation, ResourceType
-from kafkakit.broker.coordinators.group_coordinator import JoinRequest, SyncRequest
+from kafkakit.broker.coordinators.group_api import JoinRequest, SyncRequest
 from kafkakit.broker.handlers.base import (
     AUTHORIZED_OPERATIONS_OMITTED,
     NO_THROTTLE,

@@ -19,7 +19,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from kafkakit.acls import AclOperation, ResourceType
-from kafkakit.broker.coordinators.group_coordinator import OffsetToCommit
+from kafkakit.broker.coordinators.group_offsets import OffsetToCommit
 from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, has_field, make, nested
 from kafkakit.broker.handlers.groups import may_use_group
 from kafkakit.protocol import RequestHeaderInfo, response_class

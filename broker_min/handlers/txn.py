@@ -21,7 +21,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from kafkakit.acls import AclOperation, ResourceType
-from kafkakit.broker.coordinators.group_coordinator import OffsetToCommit
+from kafkakit.broker.coordinators.group_offsets import OffsetToCommit
 from kafkakit.broker.coordinators.transactions import KNOWN_STATE_NAMES, ImplicitAdd, TxnError, state_name
 from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, make, nested
 from kafkakit.broker.handlers.groups import may_use_group

@@ -1,0 +1,115 @@
+"""The classic group coordinator's request and answer types, and its read-only admin views.
+
+Handlers build :class:`JoinRequest`/:class:`SyncRequest` with version differences
+already resolved; DescribeGroups and ListGroups answers are built here from the
+coordinator's groups (:func:`describe_group`, :func:`list_groups`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .group import ClassicGroup, GroupState, Protocols
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSettings:
+    """The broker's group.* settings (Kafka's names and defaults unless noted)."""
+
+    initial_rebalance_delay_ms: int = 3000
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+    new_member_join_timeout_ms: int = 300_000
+    offset_metadata_max_bytes: int = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    """A JoinGroup, version differences already resolved by the handler.
+
+    ``require_known_member_id`` is True from v4 (a dynamic member with an empty
+    member id gets MEMBER_ID_REQUIRED and an id to rejoin with).
+    """
+
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    protocol_type: str
+    protocols: Protocols
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    require_known_member_id: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRequest:
+    """A SyncGroup; ``protocol_type``/``protocol_name`` are None before v5."""
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    protocol_type: str | None
+    protocol_name: str | None
+    assignments: Sequence[tuple[str, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    """A member as DescribeGroups shows it (metadata/assignment only while Stable)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    """A group as DescribeGroups shows it; an unknown group is described as Dead."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol_name: str
+    members: tuple[MemberDescription, ...]
+
+
+def describe_group(group_id: str, group: ClassicGroup | None) -> GroupDescription:
+    """A group as DescribeGroups shows it: members with metadata and assignment only while Stable."""
+    if group is None:
+        return GroupDescription(group_id, GroupState.DEAD.value, "", "", ())
+    stable = group.is_in(GroupState.STABLE)
+    members = tuple(
+        MemberDescription(
+            m.member_id,
+            m.group_instance_id,
+            m.client_id,
+            m.client_host,
+            m.metadata(group.protocol_name) if stable else b"",
+            m.assignment if stable else b"",
+        )
+        for m in group.members.values()
+    )
+    return GroupDescription(
+        group_id,
+        group.state.value,
+        group.protocol_type or "",
+        (group.protocol_name or "") if stable else "",
+        members,
+    )
+
+
+def list_groups(groups: Iterable[ClassicGroup], states: Iterable[str] = ()) -> list[tuple[str, str, str]]:
+    """(group id, protocol type, state) of ``groups``, optionally only those in ``states`` (any case)."""
+    wanted = {s.lower() for s in states}
+    return [
+        (g.group_id, g.protocol_type or "", g.state.value)
+        for g in groups
+        if not wanted or g.state.value.lower() in wanted
+    ]
