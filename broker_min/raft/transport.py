@@ -10,6 +10,12 @@ listener, that listener keeps Kafka's in-order rule.)
 
 :class:`RaftPeers` keeps one connection per peer, connects lazily, reconnects
 after a failure, and times out each request.
+
+Extra APIs: a :class:`RaftServer` may also serve a table of other APIs (``api_key ->
+(min_version, max_version, handler(version, request) -> response)``), e.g. the
+controller's (:mod:`kafkakit.broker.controller.rpc`); they are listed in ApiVersions
+and decoded with kio. A key in neither table, or a version outside its range, still
+closes the connection.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import contextlib
 import itertools
 import logging
 import struct
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from kafkakit.protocol import (
@@ -40,17 +46,34 @@ _SIZE = struct.Struct(">i")
 MAX_FRAME_BYTES = 100 << 20
 _API_VERSIONS_MAX = 3
 
+#: An extra API's handler: ``await handler(api_version, decoded_request)`` -> a kio response.
+ApiHandler = Callable[[int, Any], Awaitable[Any]]
+#: An extra API: (min version, max version, handler).
+ExtraApi = tuple[int, int, ApiHandler]
+
 
 class RaftServer:
-    """A listener that speaks the quorum APIs for one node."""
+    """A listener that speaks the quorum APIs for one node, plus an optional table of extra APIs."""
 
-    def __init__(self, node: RaftNode, host: str, port: int) -> None:
+    def __init__(
+        self, node: RaftNode, host: str, port: int, apis: Mapping[int, ExtraApi] | None = None
+    ) -> None:
         self.node = node
         self.host = host
         self.port = port
+        self.apis: dict[int, ExtraApi] = {}
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        if apis:
+            self.add_apis(apis)
+
+    def add_apis(self, apis: Mapping[int, ExtraApi]) -> None:
+        """Serve ``apis`` too (they may not reuse the quorum's keys or ApiVersions)."""
+        taken = set(apis) & (set(m.VERSIONS) | {m.API_VERSIONS})
+        if taken:
+            raise ValueError(f"api keys {sorted(taken)} belong to the quorum")
+        self.apis.update(apis)
 
     async def start(self) -> None:
         """Listen (port 0 picks a free one; :attr:`port` is then the real one)."""
@@ -105,12 +128,21 @@ class RaftServer:
     async def _dispatch(self, api_key: int, version: int, body: bytes, header: Any) -> Any:
         if api_key == m.API_VERSIONS:
             keys = [{"api_key": m.API_VERSIONS, "min_version": 0, "max_version": _API_VERSIONS_MAX}]
+            ranges = {k: (v, v) for k, v in m.VERSIONS.items()}
+            ranges.update({k: (low, high) for k, (low, high, _) in self.apis.items()})
             keys += [
-                {"api_key": k, "min_version": v, "max_version": v} for k, v in sorted(m.VERSIONS.items())
+                {"api_key": k, "min_version": low, "max_version": high}
+                for k, (low, high) in sorted(ranges.items())
             ]
             if version > _API_VERSIONS_MAX:
                 return make_response(m.API_VERSIONS, 0, error_code=35, api_keys=keys)
             return make_response(m.API_VERSIONS, version, error_code=0, api_keys=keys, throttle_time=0)
+        extra = self.apis.get(api_key)
+        if extra is not None:
+            low, high, handler = extra
+            if not low <= version <= high:
+                return None
+            return await handler(version, decode_request(header, body))
         if m.VERSIONS.get(api_key) != version:
             return None  # an API or version the quorum does not speak: close, as Kafka does
         return await self.node.handle(api_key, decode_request(header, body))
@@ -217,10 +249,17 @@ class RaftPeers:
 class RaftEndpoint:
     """A node with its own listener and peer connections: what a standalone quorum member runs."""
 
-    def __init__(self, node: RaftNode, peers: RaftPeers, host: str, port: int) -> None:
+    def __init__(
+        self,
+        node: RaftNode,
+        peers: RaftPeers,
+        host: str,
+        port: int,
+        apis: Mapping[int, ExtraApi] | None = None,
+    ) -> None:
         self.node = node
         self.peers = peers
-        self.server = RaftServer(node, host, port)
+        self.server = RaftServer(node, host, port, apis)
 
     async def start(self) -> None:
         """Listen, then start the node's driver."""
