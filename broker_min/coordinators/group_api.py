@@ -1,16 +1,21 @@
-"""The classic group coordinator's request and answer types, and its read-only admin views.
+"""The classic group coordinator's request and answer types, and read-only views of its groups.
 
 Handlers build :class:`JoinRequest`/:class:`SyncRequest` with version differences
 already resolved; DescribeGroups and ListGroups answers are built here from the
-coordinator's groups (:func:`describe_group`, :func:`list_groups`).
+coordinator's groups (:func:`describe_group`, :func:`list_groups`), and so is the
+metadata record a group is stored as (:func:`group_metadata_record`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from kio.schema.errors import ErrorCode
+
 from .group import ClassicGroup, GroupState, Protocols
+from .group_records import GroupKey, GroupValue, MemberValue, encode_group_key, encode_group_value
+from .offsets_topic import CoordinatorRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +83,14 @@ class GroupDescription:
     protocol_type: str
     protocol_name: str
     members: tuple[MemberDescription, ...]
+    error: ErrorCode = ErrorCode.none
 
 
-def describe_group(group_id: str, group: ClassicGroup | None) -> GroupDescription:
-    """A group as DescribeGroups shows it: members with metadata and assignment only while Stable."""
+def describe_group(group_id: str, group: ClassicGroup | None, error: ErrorCode | None = None) -> GroupDescription:
+    """A group as DescribeGroups shows it: members with metadata and assignment only while Stable
+    (an ``error``, e.g. NOT_COORDINATOR, describes nothing)."""
+    if error is not None:
+        return GroupDescription(group_id, "", "", "", (), error)
     if group is None:
         return GroupDescription(group_id, GroupState.DEAD.value, "", "", ())
     stable = group.is_in(GroupState.STABLE)
@@ -113,3 +122,29 @@ def list_groups(groups: Iterable[ClassicGroup], states: Iterable[str] = ()) -> l
         for g in groups
         if not wanted or g.state.value.lower() in wanted
     ]
+
+
+def group_metadata_record(group: ClassicGroup, assignment: Mapping[str, bytes]) -> CoordinatorRecord:
+    """The group's metadata record (Kafka's GroupMetadataKey/Value) with ``assignment`` per member."""
+    members = tuple(
+        MemberValue(
+            m.member_id,
+            m.group_instance_id,
+            m.client_id,
+            m.client_host,
+            m.rebalance_timeout_ms,
+            m.session_timeout_ms,
+            m.metadata(group.protocol_name),
+            assignment.get(m.member_id, b""),
+        )
+        for m in group.members.values()
+    )
+    value = GroupValue(
+        group.protocol_type or "",
+        group.generation_id,
+        group.protocol_name,
+        group.leader_id,
+        group.state_timestamp_ms,
+        members,
+    )
+    return encode_group_key(GroupKey(group.group_id)), encode_group_value(value)

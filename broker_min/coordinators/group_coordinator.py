@@ -26,6 +26,15 @@ generation and protocol type; their members are not restored (they rejoin).
 Committed and transactional offsets are :mod:`.group_offsets`' (Kafka's
 ``OffsetMetadataManager``); this class delegates OffsetCommit, TxnOffsetCommit
 and OffsetFetch to it.
+
+Partitions (cluster mode, issue 13): a group belongs to one ``__consumer_offsets``
+partition and is served only while that partition is loaded here
+(:meth:`GroupCoordinator.load_partition` when this node becomes its leader,
+:meth:`GroupCoordinator.unload_partition` when it stops); every group API answers
+NOT_COORDINATOR for the other groups, COORDINATOR_LOAD_IN_PROGRESS while the
+partition loads (see :mod:`.partitions`).  :meth:`GroupCoordinator.load` loads
+every partition (a single node).  A write is acknowledged only once replicated:
+handlers await :meth:`GroupCoordinator.settle` before answering.
 """
 
 from __future__ import annotations
@@ -55,14 +64,14 @@ from .group_api import (
     JoinRequest,
     SyncRequest,
     describe_group,
+    group_metadata_record,
     list_groups,
 )
-from .group_loading import replay
+from .group_loading import GroupLoader
 from .group_offsets import FetchedOffset, GroupTables, OffsetManager, OffsetToCommit, append_error
 from .group_records import (
     GroupKey,
     GroupValue,
-    MemberValue,
     OffsetKey,
     encode_group_key,
     encode_group_value,
@@ -95,24 +104,54 @@ class GroupCoordinator:
         self.groups: dict[str, ClassicGroup] = self._tables.groups
         self.offsets = self._tables.offsets
         self._offsets = OffsetManager(
-            store, self._tables, settings.offset_metadata_max_bytes, self._reschedule_heartbeat
+            store, self._tables, settings.offset_metadata_max_bytes, self._reschedule_heartbeat, self.coordinator_error
         )
         self._timers: dict[TimerKey, asyncio.TimerHandle] = {}
+        self._loader = GroupLoader(store, self._tables, self._on_unloaded)
+        #: Partitions loaded or loading here (``.loading``, ``.error(partition)``).
+        self.partitions = self._loader.partitions
 
-    # ==================================================================== load / stop
+    # ==================================================================== partitions: load / unload
 
     def load(self) -> None:
-        """Rebuild groups and committed offsets from ``__consumer_offsets`` (last value per key wins)."""
-        count = replay(self._tables, self._store.replay_entries(), self._store.partition_for)
-        if count:
-            log.info(
-                "loaded %d group(s), %d committed offset(s) and %d open transaction(s) with offsets "
-                "from %d record(s)",
-                len(self.groups),
-                sum(len(o) for o in self.offsets.values()),
-                len(self._tables.pending_txn),
-                count,
-            )
+        """Load every ``__consumer_offsets`` partition now (a single node coordinates them all)."""
+        self._loader.load_all()
+
+    async def load_partition(self, partition: int, epoch: int = 0) -> bool:
+        """Become the coordinator of ``partition``'s groups (Kafka's ``onElection``); see
+        :meth:`GroupLoader.load_partition`."""
+        return await self._loader.load_partition(partition, epoch)
+
+    def unload_partition(self, partition: int, epoch: int | None = None) -> bool:
+        """Stop coordinating ``partition``'s groups (Kafka's ``onResignation``): drop them and their
+        offsets, answer their parked JoinGroup/SyncGroup NOT_COORDINATOR and cancel their timers.
+        Ignored (False) when loaded at ``epoch`` or later; None always unloads."""
+        return self._loader.unload_partition(partition, epoch)
+
+    def _on_unloaded(self, removed: GroupTables) -> None:
+        for group_id, group in removed.groups.items():
+            for key in [k for k in self._timers if k[1] == group_id]:
+                self._cancel(key)
+            for member in group.members.values():
+                complete_join(member, JoinResult(ErrorCode.not_coordinator, member.member_id))
+                complete_sync(member, SyncResult(ErrorCode.not_coordinator))
+            group.transition_to(GroupState.DEAD)
+
+    @property
+    def owned_partitions(self) -> frozenset[int]:
+        """The ``__consumer_offsets`` partitions whose groups this node coordinates."""
+        return self.partitions.active
+
+    def coordinator_error(self, group_id: str) -> ErrorCode | None:
+        """None when this node coordinates ``group_id``, else the error every group API answers."""
+        return self.partitions.error(self._store.partition_for(group_id))
+
+    async def settle(self, group_id: str) -> ErrorCode | None:
+        """Wait until what was written to ``group_id``'s partition is replicated (at once on a single
+        node); None, or the error to answer instead (Kafka's mapping of a failed write)."""
+        return await self._loader.settle(group_id)
+
+    # ==================================================================== stop
 
     def shutdown(self) -> None:
         """Cancel every timer (broker stop); parked requests end with their connections."""
@@ -158,7 +197,7 @@ class GroupCoordinator:
     def join(self, request: JoinRequest) -> asyncio.Future[JoinResult]:
         """Handle a JoinGroup; the future resolves when the answer is known (maybe after the join phase)."""
         future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
-        error = self._check_join(request)
+        error = self._check_join(request) or self.coordinator_error(request.group_id)
         if error is not None:
             future.set_result(JoinResult(error, request.member_id))
             return future
@@ -330,7 +369,7 @@ class GroupCoordinator:
             # current generation; the leader named is the previous one, so a rejoining leader
             # acts as a follower and SyncGroup returns the assignment it already had.
             assignment = {m.member_id: m.assignment for m in group.members.values()}
-            error = self._persist(group.group_id, [self._group_record(group, assignment)])
+            error = self._persist(group.group_id, [group_metadata_record(group, assignment)])
             if error is not None:
                 member.join_waiter = None
                 group.update_member(member, old_protocols, *old_timeouts, None)
@@ -459,7 +498,7 @@ class GroupCoordinator:
         group.init_next_generation()
         if group.is_in(GroupState.EMPTY):
             log.info("group %s is empty at generation %d", group.group_id, group.generation_id)
-            if self._persist(group.group_id, [self._group_record(group, {})]) is not None:
+            if self._persist(group.group_id, [group_metadata_record(group, {})]) is not None:
                 log.warning("group %s: could not store its empty metadata", group.group_id)
             return
         log.info(
@@ -553,8 +592,9 @@ class GroupCoordinator:
     def sync(self, request: SyncRequest) -> asyncio.Future[SyncResult]:
         """Handle a SyncGroup; followers' futures resolve when the leader's assignment is stored."""
         future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
-        if not request.group_id:
-            future.set_result(SyncResult(ErrorCode.invalid_group_id))
+        error = ErrorCode.invalid_group_id if not request.group_id else self.coordinator_error(request.group_id)
+        if error is not None:
+            future.set_result(SyncResult(error))
             return future
         group = self.groups.get(request.group_id)
         if group is None or group.is_in(GroupState.EMPTY):
@@ -605,7 +645,7 @@ class GroupCoordinator:
             )
         # Members that are not in the group are dropped from what is stored and sent.
         assignment = {m: assignment[m] for m in group.members}
-        error = self._persist(group.group_id, [self._group_record(group, assignment)])
+        error = self._persist(group.group_id, [group_metadata_record(group, assignment)])
         if error is not None:
             self._reset_and_propagate_assignment(group, error)
             self._maybe_prepare_rebalance_or_complete_join(
@@ -623,6 +663,9 @@ class GroupCoordinator:
         """Keep a member's session alive; REBALANCE_IN_PROGRESS tells it to rejoin."""
         if not group_id:
             return ErrorCode.invalid_group_id
+        error = self.coordinator_error(group_id)
+        if error is not None:
+            return error
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
@@ -650,6 +693,9 @@ class GroupCoordinator:
         """
         if not group_id:
             return ErrorCode.invalid_group_id, []
+        error = self.coordinator_error(group_id)
+        if error is not None:
+            return error, []
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.none, [(m, i, ErrorCode.unknown_member_id) for m, i in members]
@@ -734,8 +780,12 @@ class GroupCoordinator:
     # ==================================================================== admin
 
     def describe(self, group_ids: Iterable[str]) -> list[GroupDescription]:
-        """DescribeGroups: members with metadata and assignment only while Stable; unknown groups are Dead."""
-        return [describe_group(group_id, self.groups.get(group_id)) for group_id in group_ids]
+        """DescribeGroups: members with metadata and assignment only while Stable; unknown groups are
+        Dead; groups not coordinated here carry the error."""
+        return [
+            describe_group(group_id, self.groups.get(group_id), self.coordinator_error(group_id))
+            for group_id in group_ids
+        ]
 
     def list_groups(self, states: Iterable[str] = ()) -> list[tuple[str, str, str]]:
         """(group id, protocol type, state) of every group, optionally only in ``states`` (any case)."""
@@ -746,7 +796,10 @@ class GroupCoordinator:
         out = []
         for group_id in group_ids:
             group = self.groups.get(group_id)
-            if group is None or group.is_in(GroupState.DEAD):
+            error = self.coordinator_error(group_id)
+            if error is not None:
+                out.append((group_id, error))
+            elif group is None or group.is_in(GroupState.DEAD):
                 out.append((group_id, ErrorCode.group_id_not_found))
             elif not group.is_in(GroupState.EMPTY):
                 out.append((group_id, ErrorCode.non_empty_group))
@@ -773,30 +826,6 @@ class GroupCoordinator:
         return ErrorCode.none
 
     # ==================================================================== persistence
-
-    def _group_record(self, group: ClassicGroup, assignment: Mapping[str, bytes]) -> CoordinatorRecord:
-        members = tuple(
-            MemberValue(
-                m.member_id,
-                m.group_instance_id,
-                m.client_id,
-                m.client_host,
-                m.rebalance_timeout_ms,
-                m.session_timeout_ms,
-                m.metadata(group.protocol_name),
-                assignment.get(m.member_id, b""),
-            )
-            for m in group.members.values()
-        )
-        value = GroupValue(
-            group.protocol_type or "",
-            group.generation_id,
-            group.protocol_name,
-            group.leader_id,
-            group.state_timestamp_ms,
-            members,
-        )
-        return encode_group_key(GroupKey(group.group_id)), encode_group_value(value)
 
     def _persist(
         self, group_id: str, records: Sequence[CoordinatorRecord], *, offsets: bool = False

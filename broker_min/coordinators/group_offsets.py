@@ -148,7 +148,9 @@ def append_error(group_id: str, exc: LogError, *, offsets: bool) -> ErrorCode:
 class OffsetManager:
     """OffsetCommit, TxnOffsetCommit and OffsetFetch over the coordinator's :class:`GroupTables`.
 
-    ``touch`` re-arms a member's session (a commit counts as a heartbeat, as in Kafka).
+    ``touch`` re-arms a member's session (a commit counts as a heartbeat, as in Kafka);
+    ``coordinator_error`` says why a group is not served here (NOT_COORDINATOR,
+    COORDINATOR_LOAD_IN_PROGRESS), which every partition of its requests is answered.
     """
 
     def __init__(
@@ -157,11 +159,13 @@ class OffsetManager:
         tables: GroupTables,
         metadata_max_bytes: int,
         touch: Callable[[ClassicGroup, Member], None],
+        coordinator_error: Callable[[str], ErrorCode | None],
     ) -> None:
         self._store = store
         self._tables = tables
         self._metadata_max_bytes = metadata_max_bytes
         self._touch = touch
+        self._coordinator_error = coordinator_error
 
     def commit_offsets(
         self,
@@ -176,6 +180,7 @@ class OffsetManager:
         tables = self._tables
         group = tables.groups.get(group_id)
         try:
+            self._check_coordinator(group_id)
             if group is None:
                 if generation_id >= 0:
                     raise GroupError(ErrorCode.illegal_generation, f"group {group_id} does not exist")
@@ -213,6 +218,11 @@ class OffsetManager:
             tables.positions[(group_id, key.topic, key.partition)] = base + index
         return errors
 
+    def _check_coordinator(self, group_id: str) -> None:
+        error = self._coordinator_error(group_id)
+        if error is not None:
+            raise GroupError(error)
+
     def _persist_offsets(
         self, group_id: str, records: Sequence[CoordinatorRecord]
     ) -> tuple[ErrorCode | None, int]:
@@ -248,7 +258,11 @@ class OffsetManager:
     def fetch_offsets(
         self, group_id: str, topics: Sequence[tuple[str, Sequence[int]]] | None, require_stable: bool = False
     ) -> list[tuple[str, list[FetchedOffset]]]:
-        """Committed offsets of ``topics`` (every committed partition when None); -1 where none."""
+        """Committed offsets of ``topics`` (every committed partition when None); -1 where none.
+        A group not coordinated here gets the error on every partition asked for."""
+        error = self._coordinator_error(group_id)
+        if error is not None:
+            return [(topic, [FetchedOffset(p, -1, -1, "", error) for p in ps]) for topic, ps in topics or ()]
         stored = self._tables.offsets.get(group_id, {})
         if topics is None:
             by_topic: dict[str, list[int]] = {}
@@ -298,6 +312,7 @@ class OffsetManager:
         """
         group = self._tables.groups.get(group_id)
         try:
+            self._check_coordinator(group_id)
             if group is None:
                 if generation_id >= 0:
                     raise GroupError(ErrorCode.illegal_generation, f"group {group_id} does not exist")

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 from kafkakit.broker.log import BatchHeader, PartitionLog
 from kafkakit.errors import CorruptRecordError
 from kafkakit.records import CONTROL_COMMIT, decode_batch, encode_batch, read_control_type
+from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkakit.broker.producer_state import ProducerStateRegistry
@@ -47,7 +48,8 @@ OFFSETS_TOPIC_CONFIGS = {
 
 
 class OffsetsTopicHost(Protocol):
-    """What the coordinator needs from the broker: the topic's logs and the append notifier."""
+    """What the coordinator needs from the broker: the topic's logs, the append notifier and
+    (cluster mode) when an append reached the ISR."""
 
     def offsets_topic_partitions(self) -> int | None:
         """Partition count of ``__consumer_offsets``, or None when the topic does not exist yet."""
@@ -59,6 +61,12 @@ class OffsetsTopicHost(Protocol):
 
     def notify_append(self, topic: str, partition: int) -> None:
         """Wake fetches waiting on that partition."""
+        ...
+
+    async def wait_committed(
+        self, topic: str, partition: int, end_offset: int, timeout: float
+    ) -> ErrorCode | None:
+        """Wait until the partition's high watermark reaches ``end_offset``; None, or why not."""
         ...
 
 
@@ -101,11 +109,29 @@ class OffsetsTopic:
         self._host = host
         self._default_partitions = default_partitions
         self._producer_states = producer_states
+        # Log end offset after this coordinator's last append, per partition.
+        self._written: dict[int, int] = {}
+
+    def partition_count(self) -> int:
+        """Partitions of the topic (the configured count until it exists)."""
+        return self._host.offsets_topic_partitions() or self._default_partitions
 
     def partition_for(self, group_id: str) -> int:
         """The partition holding ``group_id``'s records (Kafka's rule, over the topic's actual size)."""
-        count = self._host.offsets_topic_partitions() or self._default_partitions
-        return partition_for_group(group_id, count)
+        return partition_for_group(group_id, self.partition_count())
+
+    async def wait_written(self, partition: int, timeout: float) -> ErrorCode | None:
+        """Wait until everything this coordinator appended to ``partition`` is committed (replicated
+        to the ISR; at once on a single node); None, or the append error (see
+        :func:`.partitions.coordinator_write_error`)."""
+        end = self._written.get(partition)
+        if end is None:
+            return None
+        return await self._host.wait_committed(OFFSETS_TOPIC, partition, end, timeout)
+
+    def forget_writes(self, partition: int) -> None:
+        """The partition was unloaded: its appends are no longer this coordinator's to wait for."""
+        self._written.pop(partition, None)
 
     def append(self, group_id: str, records: Sequence[CoordinatorRecord]) -> int:
         """Append ``records`` as one batch; its base offset (-1 when empty).
@@ -118,6 +144,7 @@ class OffsetsTopic:
         log = self._host.offsets_topic_log(partition)
         now = time.time_ns() // 1_000_000
         result = log.append(encode_batch([(key, value, now, ()) for key, value in records]))
+        self._written[partition] = result.last_offset + 1
         self._host.notify_append(OFFSETS_TOPIC, partition)
         return result.base_offset
 
@@ -144,6 +171,7 @@ class OffsetsTopic:
             transactional=True,
         )
         result = log.append(batch)
+        self._written[partition] = result.last_offset + 1
         if self._producer_states is not None:
             self._producer_states.for_log(log).record(result.batches)
         self._host.notify_append(OFFSETS_TOPIC, partition)
@@ -161,20 +189,25 @@ class OffsetsTopic:
         if count is None:
             return
         for partition in range(count):
-            log = self._host.offsets_topic_log(partition)
-            for header, data in log.iter_batches():
-                raw = data.read_bytes()
-                if header.is_control:
-                    if header.producer_id >= 0:
-                        yield StoredMarker(
-                            partition, header.base_offset, header.producer_id, _is_commit(raw, header)
-                        )
-                    continue
-                producer_id = header.producer_id if header.is_transactional else NO_PRODUCER_ID
-                for record in decode_batch(raw, 0, header, OFFSETS_TOPIC, partition):
-                    if record.key is not None:
-                        value = None if record.value is None else bytes(record.value)
-                        yield StoredRecord(partition, record.offset, bytes(record.key), value, producer_id)
+            yield from self.partition_entries(partition)
+
+    def partition_entries(self, partition: int) -> Iterator[StoredRecord | StoredMarker]:
+        """Every record and transaction marker of one partition, in log order (none if it does not exist)."""
+        count = self._host.offsets_topic_partitions()
+        if count is None or not 0 <= partition < count:
+            return
+        log = self._host.offsets_topic_log(partition)
+        for header, data in log.iter_batches():
+            raw = data.read_bytes()
+            if header.is_control:
+                if header.producer_id >= 0:
+                    yield StoredMarker(partition, header.base_offset, header.producer_id, _is_commit(raw, header))
+                continue
+            producer_id = header.producer_id if header.is_transactional else NO_PRODUCER_ID
+            for record in decode_batch(raw, 0, header, OFFSETS_TOPIC, partition):
+                if record.key is not None:
+                    value = None if record.value is None else bytes(record.value)
+                    yield StoredRecord(partition, record.offset, bytes(record.key), value, producer_id)
 
 
 def _is_commit(raw: bytes, header: BatchHeader) -> bool:

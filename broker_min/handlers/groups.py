@@ -13,11 +13,17 @@ MEMBER_ID_REQUIRED and its id; v5+ carries ``group_instance_id`` (static
 membership); v7+ answers the protocol type and name (nullable).  SyncGroup v5+
 sends protocol type and name, checked against the group's.  LeaveGroup v3+
 leaves a batch of members, by member id or by instance id alone.
+
+A group whose ``__consumer_offsets`` partition this node does not lead gets
+NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while the partition loads), and
+an answer that follows a write of the coordinator waits until the write is
+replicated (:func:`settled`; immediate on a single node).
 """
 
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from kafkakit.acls import AclOperation, ResourceType
@@ -62,6 +68,14 @@ def may_use_group(state: BrokerState, group_id: str, operation: AclOperation = A
 _REFUSED = ErrorCode.group_authorization_failed
 
 
+async def settled(state: BrokerState, group_id: str, error: ErrorCode) -> ErrorCode:
+    """``error``, or, when it is NONE, whatever making the coordinator's writes to the group's
+    partition durable failed with (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR; Kafka's mapping)."""
+    if error is not ErrorCode.none:
+        return error
+    return await state.groups.settle(group_id) or ErrorCode.none
+
+
 async def handle_join_group(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
     """Join (or rejoin) a group; parks until the join phase completes."""
     version = header.api_version
@@ -86,6 +100,9 @@ async def handle_join_group(state: BrokerState, header: RequestHeaderInfo, reque
             require_known_member_id=version >= FIRST_MEMBER_ID_REQUIRED_VERSION,
         )
     )
+    error = await settled(state, request.group_id, result.error)
+    if error is not result.error:
+        result = dataclasses.replace(result, error=error, generation_id=-1, members=())
     cls = response_class(JOIN_GROUP, version)
     member_cls = nested(cls, "JoinGroupResponseMember")
     members = tuple(
@@ -123,6 +140,9 @@ async def handle_sync_group(state: BrokerState, header: RequestHeaderInfo, reque
             assignments=[(a.member_id, bytes(a.assignment)) for a in request.assignments],
         )
     )
+    error = await settled(state, request.group_id, result.error)
+    if error is not result.error:
+        result = dataclasses.replace(result, error=error, assignment=b"")
     return make(
         response_class(SYNC_GROUP, header.api_version),
         throttle_time=NO_THROTTLE,
@@ -157,6 +177,9 @@ async def handle_leave_group(state: BrokerState, header: RequestHeaderInfo, requ
     else:
         leaving = [(request.member_id, None)]
     top_error, answers = state.groups.leave(request.group_id, leaving)
+    top_error = await settled(state, request.group_id, top_error)
+    if top_error is not ErrorCode.none:
+        answers = []
     if not batched:
         # One member: its error becomes the top-level error, as Kafka's LeaveGroupResponse does.
         member_errors = [e for _, _, e in answers if e is not ErrorCode.none]
@@ -187,6 +210,11 @@ async def handle_describe_groups(state: BrokerState, header: RequestHeaderInfo, 
                            protocol_type="", protocol_data="", members=(),
                            authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))  # fmt: skip
     for described in state.groups.describe([g for g in request.groups if g not in refused]):
+        if described.error is not ErrorCode.none:
+            groups.append(make(group_cls, error_code=described.error, error_message=None, group_id=described.group_id,
+                               group_state="", protocol_type="", protocol_data="", members=(),
+                               authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))  # fmt: skip
+            continue
         members = tuple(
             make(
                 member_cls,
@@ -222,6 +250,9 @@ async def handle_list_groups(state: BrokerState, header: RequestHeaderInfo, requ
     cls = response_class(LIST_GROUPS, header.api_version)
     group_cls = nested(cls, "ListedGroup")
     states = getattr(request, "states_filter", None) or ()
+    if state.groups.partitions.loading:
+        # Kafka answers the whole request so while one of its partitions loads.
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.coordinator_load_in_progress, groups=())
     cluster_wide = state.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster")
     groups = tuple(
         make(
@@ -245,8 +276,10 @@ async def handle_delete_groups(state: BrokerState, header: RequestHeaderInfo, re
     allowed = [g for g in request.groups_names if may_use_group(state, g, AclOperation.DELETE)]
     refused = tuple(make(result_cls, group_id=g, error_code=_REFUSED) for g in request.groups_names if g not in allowed)
     results = refused + tuple(
-        make(result_cls, group_id=group_id, error_code=error)
-        for group_id, error in state.groups.delete_groups(allowed)
+        [
+            make(result_cls, group_id=group_id, error_code=await settled(state, group_id, error))
+            for group_id, error in state.groups.delete_groups(allowed)
+        ]
     )
     return make(cls, throttle_time=NO_THROTTLE, results=results)
 

@@ -11,6 +11,12 @@ stored as Kafka stores it (an expire timestamp) but offsets never expire here.
 OffsetFetch: a null topic list (v2+) asks for every committed partition;
 ``require_stable`` (v7) answers UNSTABLE_OFFSET_COMMIT for partitions with a
 pending transactional commit.  v8+ (several groups per request) is not served.
+
+Both answer NOT_COORDINATOR for a group whose ``__consumer_offsets`` partition
+this node does not lead (COORDINATOR_LOAD_IN_PROGRESS while it loads): per
+partition for OffsetCommit and OffsetFetch v1, top-level from OffsetFetch v2.
+A commit is answered once its record is replicated (immediately on a single
+node); a failed replication becomes COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.coordinators.group_offsets import OffsetToCommit
 from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, has_field, make, nested
-from kafkakit.broker.handlers.groups import may_use_group
+from kafkakit.broker.handlers.groups import may_use_group, settled
 from kafkakit.protocol import RequestHeaderInfo, response_class
 from kafkakit.protocol.build import millis
 from kio.schema.errors import ErrorCode
@@ -57,7 +63,7 @@ async def handle_offset_commit(state: BrokerState, header: RequestHeaderInfo, re
                 )
             )
     retention_ms = millis(request.retention_time) if has_field(type(request), "retention_time") else -1
-    errors = iter(
+    codes = (
         state.groups.commit_offsets(
             request.group_id,
             request.generation_id_or_member_epoch,
@@ -67,8 +73,12 @@ async def handle_offset_commit(state: BrokerState, header: RequestHeaderInfo, re
             retention_ms,
         )
         if to_commit
-        else ()
+        else []
     )
+    if ErrorCode.none in codes:
+        durable = await settled(state, request.group_id, ErrorCode.none)
+        codes = [durable if code is ErrorCode.none else code for code in codes]
+    errors = iter(codes)
     topics = []
     for topic in request.topics:
         known = state.topics.get(topic.name) is not None
@@ -104,6 +114,9 @@ async def handle_offset_fetch(state: BrokerState, header: RequestHeaderInfo, req
     if not may_use_group(state, request.group_id, AclOperation.DESCRIBE):
         return make(cls, throttle_time=NO_THROTTLE, topics=(), error_code=ErrorCode.group_authorization_failed)
     wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
+    not_served = state.groups.coordinator_error(request.group_id)
+    if not_served is not None and has_field(cls, "error_code"):
+        return make(cls, throttle_time=NO_THROTTLE, topics=(), error_code=not_served)
     fetched = state.groups.fetch_offsets(
         request.group_id, wanted, bool(getattr(request, "require_stable", False))
     )

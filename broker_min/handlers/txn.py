@@ -24,7 +24,7 @@ from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.coordinators.group_offsets import OffsetToCommit
 from kafkakit.broker.coordinators.transactions import KNOWN_STATE_NAMES, ImplicitAdd, TxnError, state_name
 from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, make, nested
-from kafkakit.broker.handlers.groups import may_use_group
+from kafkakit.broker.handlers.groups import may_use_group, settled
 from kafkakit.protocol import RequestHeaderInfo, response_class
 from kio.schema.errors import ErrorCode
 
@@ -152,7 +152,11 @@ async def handle_txn_offset_commit(state: BrokerState, header: RequestHeaderInfo
     refused = _txn_commit_refusal(state, request)
     readable = {t.name for t in request.topics if state.allowed(AclOperation.READ, ResourceType.TOPIC, t.name)}
     known = [t for t in request.topics if state.topics.get(t.name) is not None and t.name in readable]
-    errors = iter(_txn_commit(state, header.api_version, request, known) if refused is None else ())
+    codes = _txn_commit(state, header.api_version, request, known) if refused is None else []
+    if ErrorCode.none in codes:
+        durable = await settled(state, request.group_id, ErrorCode.none)
+        codes = [durable if code is ErrorCode.none else code for code in codes]
+    errors = iter(codes)
     topics = []
     for t in request.topics:
         if refused is not None:
