@@ -20,6 +20,15 @@ are replicated.  From v9 each partition's ``current_leader_epoch`` is checked
 against the partition's leader epoch (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH,
 see :func:`~kafkakit.broker.handlers.leader_epochs.check_current_leader_epoch`);
 partitions a session remembers but the request does not name are not re-checked.
+
+Cluster mode (``state.replicas`` set, :mod:`kafkakit.broker.replication`): a
+consumer's Fetch (replica_id -1) is served by the partition's leader only
+(NOT_LEADER_OR_FOLLOWER elsewhere).  A follower's Fetch (replica_id >= 0, which
+needs CLUSTER_ACTION) reads up to the log end rather than the HW, tells the
+replica manager each partition's fetch offset (the follower's log end, which
+moves the HW and the ISR) and gets the leader's HW back; its long poll also
+ends when a partition's HW moves, so followers learn the HW without waiting out
+``max_wait``.  On a single node none of this applies.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from kafkakit.broker.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, FetchSess
 from kafkakit.broker.handlers.base import ApiHandler, FileSliceLike, RawResponse
 from kafkakit.broker.handlers.leader_epochs import check_current_leader_epoch
 from kafkakit.broker.log.errors import LogError
+from kafkakit.broker.replication.hooks import LeaderHook, cluster_hook
 from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -42,6 +52,7 @@ if TYPE_CHECKING:
     from kafkakit.protocol import RequestHeaderInfo
 
 API_KEY = 1
+CLUSTER_NAME = "kafka-cluster"
 FIRST_FLEXIBLE = 12
 READ_COMMITTED = 1
 #: Partition data at least this large is sent from the segment file (sendfile); smaller is copied.
@@ -121,19 +132,37 @@ async def handle_fetch(state: BrokerState, header: RequestHeaderInfo, request: A
             _Wanted(p.topic, p.partition, p.fetch_offset, p.max_bytes) for p in session.partitions.values()
         ]
         topics = {w.topic for w in wanted}
-    # A consumer's fetch needs READ on each topic (Kafka's check; denied partitions fail alone).
-    denied = {t for t in topics if not state.allowed(AclOperation.READ, ResourceType.TOPIC, t)}
+    cluster = cluster_hook(state)
+    follower = cluster is not None and request.replica_id >= 0
+    if follower:
+        # A follower's fetch needs CLUSTER_ACTION, which covers every topic (Kafka's check).
+        allowed = state.allowed(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+        denied = set() if allowed else set(topics)
+    else:
+        # A consumer's fetch needs READ on each topic (Kafka's check; denied partitions fail alone).
+        denied = {t for t in topics if not state.allowed(AclOperation.READ, ResourceType.TOPIC, t)}
     fenced = _fenced_partitions(state, request) if version >= 9 else {}
+    if follower:
+        assert cluster is not None
+        _record_follower_fetch(cluster, request, denied, fenced)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
     watched = session if incremental else None
+    high_watermarks: list[int] | None = None
     while True:
         if watched is not None:
             wanted = _maybe_news(state, watched, denied, fenced)
-        results, total, failed = _read_all(state, wanted, request.max_bytes, read_committed, denied, fenced)
+        results, total, failed = _read_all(
+            state, wanted, request.max_bytes, read_committed, denied, fenced, cluster, follower
+        )
         remaining = deadline - loop.time()
         if total >= request.min_bytes or failed or remaining <= 0:
             break
+        if follower:
+            seen = [p.high_watermark for _, partitions in results for p in partitions]
+            if high_watermarks is not None and seen != high_watermarks:
+                break  # a HW moved: the follower learns it now
+            high_watermarks = seen
         keys = watched.partitions.keys() if watched is not None else [(w.topic, w.partition) for w in wanted]
         await state.wait_for_append(keys, remaining)
     if session is None:
@@ -155,6 +184,24 @@ def _fenced_partitions(state: BrokerState, request: Any) -> dict[tuple[str, int]
             if code != ErrorCode.none:
                 fenced[(t.topic, p.partition)] = code.value
     return fenced
+
+
+def _record_follower_fetch(
+    cluster: LeaderHook, request: Any, denied: set[str], errors: dict[tuple[str, int], int]
+) -> None:
+    """Tell the replica manager where the follower fetches from (its log end); partitions this
+    node does not lead for it get the error the manager answers."""
+    replica_id = request.replica_id
+    for t in request.topics:
+        if t.topic in denied:
+            continue
+        for p in t.partitions:
+            key = (t.topic, p.partition)
+            if key in errors:
+                continue
+            code = cluster.on_follower_fetch(t.topic, p.partition, replica_id, p.fetch_offset)
+            if code is not None:
+                errors[key] = code.value
 
 
 def open_session(cache: FetchSessionCache, request: Any) -> tuple[FetchSession | None, bool] | ErrorCode:
@@ -252,6 +299,8 @@ def _read_all(
     read_committed: bool,
     denied: set[str],
     fenced: dict[tuple[str, int], int],
+    cluster: LeaderHook | None = None,
+    follower: bool = False,
 ) -> tuple[list[tuple[str, list[PartitionResult]]], int, bool]:
     """(results grouped by topic in request order, record bytes, whether any partition failed)."""
     grouped: list[tuple[str, list[PartitionResult]]] = []
@@ -266,7 +315,9 @@ def _read_all(
         elif fenced and (w.topic, w.partition) in fenced:
             result = PartitionResult(w.partition, fenced[(w.topic, w.partition)])
         else:
-            result = _read_partition(state, w, min(w.max_bytes, remaining), read_committed, total == 0)
+            result = _read_partition(
+                state, w, min(w.max_bytes, remaining), read_committed, total == 0, cluster, follower
+            )
         size = result.size
         total += size
         remaining = max(0, remaining - size)
@@ -279,8 +330,18 @@ def _read_all(
 
 
 def _read_partition(
-    state: BrokerState, w: _Wanted, max_bytes: int, read_committed: bool, min_one_batch: bool
+    state: BrokerState,
+    w: _Wanted,
+    max_bytes: int,
+    read_committed: bool,
+    min_one_batch: bool,
+    cluster: LeaderHook | None = None,
+    follower: bool = False,
 ) -> PartitionResult:
+    if cluster is not None and not follower and not cluster.is_leader(w.topic, w.partition):
+        known = state.partition_registration(w.topic, w.partition) is not None
+        code = ErrorCode.not_leader_or_follower if known else ErrorCode.unknown_topic_or_partition
+        return PartitionResult(w.partition, code.value)
     log = state.partition_log(w.topic, w.partition)
     if log is None:
         return PartitionResult(w.partition, ErrorCode.unknown_topic_or_partition.value)
@@ -302,7 +363,8 @@ def _read_partition(
         data = log.read(
             w.offset,
             max_bytes,
-            max_offset=lso if read_committed else high_watermark,
+            # A follower copies the whole log; consumers see what is committed.
+            max_offset=None if follower else lso if read_committed else high_watermark,
             min_one_batch=min_one_batch,
         )
     except LogError as exc:

@@ -12,6 +12,8 @@ Authorization is Kafka's: CLUSTER_ACTION on the cluster (brokers) allows every
 topic, otherwise each topic needs DESCRIBE (consumers).  ``current_leader_epoch``
 fences requests made with old or too new metadata (:func:`check_current_leader_epoch`,
 shared with Fetch and ListOffsets).  v0-1 were removed in Kafka 4.0 (KIP-896).
+In cluster mode only the partition's leader answers, for followers (replica_id >= 0,
+truncating before they fetch) and consumers alike: NOT_LEADER_OR_FOLLOWER elsewhere.
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ async def handle_offset_for_leader_epoch(state: BrokerState, header: RequestHead
 def _end_offset(
     state: BrokerState, topic: str, partition: int, leader_epoch: int, current_leader_epoch: int
 ) -> tuple[ErrorCode, int, int]:
+    if state.replicas is not None and not state.replicas.is_leader(topic, partition):
+        known = state.partition_registration(topic, partition) is not None
+        return (ErrorCode.not_leader_or_follower if known else ErrorCode.unknown_topic_or_partition), -1, -1
     log = state.partition_log(topic, partition)
     if log is None:
         return ErrorCode.unknown_topic_or_partition, -1, -1

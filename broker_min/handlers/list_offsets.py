@@ -4,6 +4,8 @@
 lookup ignores offsets at or above it, as Kafka does for consumers.  Each answer
 carries the leader epoch of its offset from the partition's epoch cache (the
 current epoch for "latest"); ``current_leader_epoch`` (v4+) is checked as Fetch does.
+In cluster mode only the partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere),
+except for the debugging replica id -2, which Kafka lets any replica answer.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ API_KEY = 2
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
+DEBUGGING_REPLICA_ID = -2
 
 
 async def handle_list_offsets(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
@@ -34,6 +37,7 @@ async def handle_list_offsets(state: BrokerState, header: RequestHeaderInfo, req
     topic_cls = nested(cls, "ListOffsetsTopicResponse")
     partition_cls = nested(cls, "ListOffsetsPartitionResponse")
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    leader_only = state.replicas is not None and request.replica_id != DEBUGGING_REPLICA_ID
     topics = []
     for topic in request.topics:
         partitions = []
@@ -42,6 +46,8 @@ async def handle_list_offsets(state: BrokerState, header: RequestHeaderInfo, req
             current_epoch = getattr(p, "current_leader_epoch", -1)
             if not described:
                 code, offset, timestamp, epoch = ErrorCode.topic_authorization_failed, -1, -1, -1
+            elif leader_only and (refused := _not_leader(state, topic.name, p.partition_index)) is not None:
+                code, offset, timestamp, epoch = refused, -1, -1, -1
             else:
                 code, offset, timestamp, epoch = _lookup(
                     state, topic.name, p.partition_index, p.timestamp, read_committed, current_epoch
@@ -58,6 +64,15 @@ async def handle_list_offsets(state: BrokerState, header: RequestHeaderInfo, req
             )
         topics.append(make(topic_cls, name=topic.name, partitions=tuple(partitions)))
     return make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+def _not_leader(state: BrokerState, topic: str, partition: int) -> ErrorCode | None:
+    """Cluster mode: the error for a partition this node does not lead, None when it does."""
+    if state.replicas is None or state.replicas.is_leader(topic, partition):
+        return None
+    if state.partition_registration(topic, partition) is None:
+        return ErrorCode.unknown_topic_or_partition
+    return ErrorCode.not_leader_or_follower
 
 
 def _lookup(

@@ -18,12 +18,22 @@ batches come only from the transaction coordinator (INVALID_RECORD from a
 client).
 
 Ordering: the handler appends every partition before its first ``await``
-(there is none), so requests pipelined on one connection, whose tasks start in
-arrival order, are appended in arrival order.
+(there is none before the appends), so requests pipelined on one connection,
+whose tasks start in arrival order, are appended in arrival order.
+
+Cluster mode (``state.replicas`` set, :mod:`kafkakit.broker.replication`): only
+the partition's leader appends (NOT_LEADER_OR_FOLLOWER elsewhere), and acks=all
+needs an ISR of at least min.insync.replicas (NOT_ENOUGH_REPLICAS, nothing
+appended).  acks=1 answers after the leader's append; acks=all, once every
+partition is appended, waits for each partition's HW to reach its appended (or
+duplicate) batches within the request's timeout: REQUEST_TIMED_OUT when it does
+not, NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR fell below min.insync.replicas
+meanwhile (Kafka's DelayedProduce).
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import struct
 from dataclasses import dataclass
@@ -41,6 +51,7 @@ from kafkakit.broker.log import (
     read_batch_header,
 )
 from kafkakit.broker.producer_state import ProducerStateError
+from kafkakit.broker.replication.hooks import cluster_hook
 from kafkakit.protocol import RequestHeaderInfo, decode_request, response_class
 from kafkakit.records.header import HEADER_SIZE, LOG_OVERHEAD
 from kio.schema.errors import ErrorCode
@@ -54,6 +65,8 @@ FIRST_ABORTABLE_VERSION = 11  # KIP-890 part 1: TRANSACTION_ABORTABLE
 FIRST_IMPLICIT_ADD_VERSION = 12  # KIP-890 part 2: transaction version 2
 _UTC = datetime.UTC
 _PRODUCER_ID_AT = 43  # offset of producerId in a v2 batch
+# Key of an appended partition's end offset in its answer fields (taken out before encoding).
+_END_OFFSET = "end_offset"
 
 
 async def handle_produce(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
@@ -65,28 +78,58 @@ async def handle_produce(state: BrokerState, header: RequestHeaderInfo, request:
     topic_cls = nested(cls, "TopicProduceResponse")
     partition_cls = nested(cls, "PartitionProduceResponse")
     failures: list[str] = []
-    topics = []
+    answers: list[tuple[str, list[tuple[int, dict[str, Any]]]]] = []
     implicit = _implicit_add(header.api_version)
     refusal = _transactional_refusal(state, request.transactional_id)
+    cluster = cluster_hook(state)
+    committing: list[tuple[str, int, int, dict[str, Any]]] = []  # cluster mode, acks=all
     for topic in request.topic_data:
-        partitions = []
+        partitions: list[tuple[int, dict[str, Any]]] = []
         denied = refusal or _topic_refusal(state, topic.name)
         for data in topic.partition_data:
             if acks not in (0, 1, -1):
                 fields: dict[str, Any] = {"error_code": ErrorCode.invalid_required_acks}
             elif denied is not None:
                 fields = {"error_code": denied}
+            elif cluster is not None and (refused := cluster.check_produce(topic.name, data.index, acks)) is not None:
+                fields = {"error_code": refused}
             else:
                 fields = _append(state, topic.name, data.index, data.records, implicit)
+            end_offset = fields.pop(_END_OFFSET, None)
+            if cluster is not None and end_offset is not None:
+                cluster.on_leader_append(topic.name, data.index)
+                if acks == -1:
+                    committing.append((topic.name, data.index, end_offset, fields))
+            partitions.append((data.index, fields))
+        answers.append((topic.name, partitions))
+    if committing:
+        await _wait_committed(state, committing, request.timeout.total_seconds())
+    topics = []
+    for name, partitions in answers:
+        responses = []
+        for index, fields in partitions:
             if fields["error_code"] != ErrorCode.none:
-                failures.append(f"{topic.name}-{data.index}: {fields['error_code'].name}")
-            partitions.append(_partition(partition_cls, data.index, fields))
-        topics.append(make(topic_cls, name=topic.name, partition_responses=tuple(partitions)))
+                failures.append(f"{name}-{index}: {fields['error_code'].name}")
+            responses.append(_partition(partition_cls, index, fields))
+        topics.append(make(topic_cls, name=name, partition_responses=tuple(responses)))
     if acks == 0:
         # No response is expected; Kafka closes the connection on a failure so
         # the client notices and refreshes its metadata.
         return CloseConnection(f"acks=0 produce failed ({', '.join(failures)})") if failures else None
     return make(cls, responses=tuple(topics), throttle_time=NO_THROTTLE)
+
+
+async def _wait_committed(
+    state: BrokerState, committing: list[tuple[str, int, int, dict[str, Any]]], timeout: float
+) -> None:
+    """acks=all in cluster mode: wait for every appended partition's HW at once; a partition
+    that does not get there in time (or loses its ISR or leadership) answers with the error."""
+    codes = await asyncio.gather(
+        *(state.wait_committed(topic, partition, end, timeout) for topic, partition, end, _ in committing)
+    )
+    for (_, _, _, fields), code in zip(committing, codes, strict=True):
+        if code is not None:
+            fields["error_code"] = code
 
 
 def _transactional_refusal(state: BrokerState, transactional_id: str | None) -> ErrorCode | None:
@@ -156,6 +199,7 @@ def _append_idempotent(
             "base_offset": duplicate.base_offset,
             "log_append_time": _timestamp(duplicate.timestamp) if log.config.log_append_time else None,
             "log_start_offset": log.log_start_offset,
+            _END_OFFSET: duplicate.last_offset + 1,
         }
     try:
         result = log.append(records)
@@ -215,6 +259,7 @@ def _appended(result: AppendResult) -> dict[str, Any]:
         "base_offset": result.base_offset,
         "log_append_time": None if append_time_ms < 0 else _timestamp(append_time_ms),
         "log_start_offset": result.log_start_offset,
+        _END_OFFSET: result.last_offset + 1,
     }
 
 
