@@ -1,24 +1,39 @@
 """kafkakit.broker.controller: the KRaft controller (issue 13) and the broker's side of it.
 
-- ``quorum_controller.py``: :class:`QuorumController`, active on the Raft leader; it turns
-  broker registrations and heartbeats, ISR changes and topic admin requests into metadata
-  records (:mod:`kafkakit.broker.metadata`) appended to the quorum's log.
+The controller, split as Kafka's org.apache.kafka.controller is:
+
+- ``quorum_controller.py``: :class:`QuorumController`, the facade, active on the Raft leader:
+  activation, the write lock, appending each operation's records to the quorum's log as one
+  batch, and the background task (session expiry, leaderless partitions, preferred leader
+  election). The managers below build the metadata records (:mod:`kafkakit.broker.metadata`)
+  from the image; none of them imports the facade.
+- ``cluster_control.py``: broker registration, heartbeats and sessions, fencing and
+  unfencing, controlled shutdown (ClusterControlManager, BrokerHeartbeatManager).
+- ``replication_control.py``: CreateTopics, DeleteTopics, CreatePartitions, AlterPartition
+  (ISR change validation) and the partition scans of leader elections
+  (ReplicationControlManager).
+- ``partition_change.py``: one partition's leader election, clean, unclean or preferred, and
+  ISR update (PartitionChangeBuilder).
+- ``config_control.py``: IncrementalAlterConfigs and topic config validation
+  (ConfigurationControlManager, topics only).
+- ``producer_ids.py``: AllocateProducerIds (ProducerIdControlManager).
+- ``api_types.py``: the controller's settings, errors and request/result types.
+- ``placement.py``: replica placement for new partitions.
+
+And around it:
+
 - ``rpc.py``: :func:`controller_apis`, the API table a :class:`~kafkakit.broker.raft.RaftServer`
   serves next to the quorum APIs (kio requests and responses).
 - ``channel.py``: :class:`ControllerChannel`, which sends a request to the active controller.
 - ``lifecycle.py``: :class:`BrokerLifecycle`, a broker's registration, heartbeats and
   controlled shutdown.
-- ``placement.py``: replica placement for new partitions.
 
 Not wired into the broker yet.
 """
 
 from __future__ import annotations
 
-from .channel import ControllerChannel
-from .lifecycle import BrokerLifecycle
-from .placement import PlacementError, place
-from .quorum_controller import (
+from .api_types import (
     ConfigOp,
     ConfigResource,
     ControllerError,
@@ -32,9 +47,12 @@ from .quorum_controller import (
     NewPartitions,
     NewTopic,
     NotControllerError,
-    QuorumController,
     TopicConfig,
 )
+from .channel import ControllerChannel
+from .lifecycle import BrokerLifecycle
+from .placement import PlacementError, place
+from .quorum_controller import QuorumController
 from .rpc import ApiTable, controller_apis, not_controller
 
 __all__ = [
