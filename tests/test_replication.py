@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from kafkakit.broker.metadata import (
     PartitionChangeRecord,
     PartitionRecord,
     RegisterBrokerRecord,
+    RemoveTopicRecord,
     TopicRecord,
 )
 from kafkakit.broker.replication import ReplicaManager, ReplicationSettings, truncation_offset
@@ -63,6 +64,11 @@ class Controller:
         self.image = MetadataImage()
         self.nodes: dict[int, Node] = {}
         self.offset = -1
+        self.alter_requests = 0
+        #: Errors to answer the next AlterPartition requests with (popped one per request).
+        self.refusals: list[ErrorCode] = []
+        #: Seconds between answering an AlterPartition and publishing its record (0: before).
+        self.metadata_lag = 0.0
 
     def publish(self, *records: MetadataRecord) -> None:
         first = self.offset + 1
@@ -99,6 +105,16 @@ class Controller:
         return send
 
     def alter_partition(self, request: Any) -> Any:
+        self.alter_requests += 1
+        if self.refusals:
+            refusal = self.refusals.pop(0)
+            topics = [
+                {"topic_id": t.topic_id, "partitions": [
+                    {"partition_index": p.partition_index, "error_code": refusal, "leader_id": -1,
+                     "leader_epoch": -1, "partition_epoch": -1} for p in t.partitions]}
+                for t in request.topics
+            ]  # fmt: skip
+            return make_response(56, 3, throttle_time=0, error_code=ErrorCode.none, topics=topics)
         broker = self.image.brokers.get(request.broker_id)
         if broker is None or broker.broker_epoch != request.broker_epoch:
             return make_response(56, 3, throttle_time=0, error_code=ErrorCode.stale_broker_epoch, topics=[])
@@ -119,8 +135,16 @@ class Controller:
                     code = ErrorCode.invalid_request
                 else:
                     code = ErrorCode.none
-                    self.publish(PartitionChangeRecord(topic.topic_id, p.partition_index, isr=new_isr))
-                    registration = image_topic.partitions[p.partition_index]
+                    record = PartitionChangeRecord(topic.topic_id, p.partition_index, isr=new_isr)
+                    if self.metadata_lag:
+                        # The answer reaches the leader before the record reaches any image.
+                        asyncio.get_running_loop().call_later(self.metadata_lag, self.publish, record)
+                        registration = replace(
+                            registration, isr=new_isr, partition_epoch=registration.partition_epoch + 1
+                        )
+                    else:
+                        self.publish(record)
+                        registration = image_topic.partitions[p.partition_index]
                 answers.append(
                     {
                         "partition_index": p.partition_index,
@@ -305,6 +329,32 @@ async def test_isr_shrinks_and_expands_and_min_insync_guards_acks_all(tmp_path: 
         await wait_until(lambda: in_sync(controller, "isr", 5), what="all replicas at offset 5")
 
 
+async def test_isr_changes_follow_the_controllers_answers(tmp_path: Path) -> None:
+    async with cluster(tmp_path, lag_ms=600) as controller:
+        topic_id = controller.create_topic("alter")
+        leader = controller.nodes[1]
+        assert (await produce(leader, "alter", make_batch([b"a"]))).error_code == ErrorCode.none
+        # A refusal for a stale partition epoch: no retry until the metadata moves on.
+        controller.refusals.append(ErrorCode.invalid_update_version)
+        await controller.nodes[3].manager.stop()
+        await produce(leader, "alter", make_batch([b"b"]), acks=1)
+        await wait_until(lambda: controller.alter_requests == 1, what="the first AlterPartition")
+        await asyncio.sleep(1.0)  # three more ISR checks
+        assert controller.alter_requests == 1
+        state = leader.manager.leader_partition("alter", 0)
+        assert state is not None and state.pending is not None and state.pending.awaiting_metadata
+        assert state.maximal_isr == (1, 2, 3) and leader.log("alter").high_watermark == 1
+        # The metadata moves (a new partition epoch): the next check asks again, and the answer
+        # comes before the metadata, which the leader uses at once.
+        controller.metadata_lag = 0.5
+        controller.publish(PartitionChangeRecord(topic_id, 0, isr=(1, 2, 3)))
+        await wait_until(lambda: state.isr == (1, 2), what="the leader to apply the answer")
+        assert controller.isr("alter") == (1, 2, 3)  # not published yet
+        assert leader.log("alter").high_watermark == 2  # node 3 no longer holds the HW
+        await wait_until(lambda: controller.isr("alter") == (1, 2), what="the record to arrive")
+        assert state.isr == (1, 2) and state.pending is None and controller.alter_requests == 2
+
+
 async def test_a_new_leader_makes_the_old_one_truncate_its_uncommitted_tail(tmp_path: Path) -> None:
     async with cluster(tmp_path) as controller:
         topic_id = controller.create_topic("lc")
@@ -381,6 +431,26 @@ async def test_acks_all_times_out_when_the_isr_cannot_commit(tmp_path: Path) -> 
         answer = await produce(controller.nodes[1], "slow", make_batch([b"a"]), timeout_ms=300)
         assert answer.error_code == ErrorCode.request_timed_out
         assert controller.nodes[1].log("slow").log_end_offset == 1
+
+
+async def test_replicas_moved_off_a_node_and_removed_topics_lose_their_logs(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as controller:
+        topic_id = controller.create_topic("gone", **{"retention.ms": "3600000"})
+        assert (await produce(controller.nodes[1], "gone", make_batch([b"a"]))).error_code == ErrorCode.none
+        await wait_until(lambda: in_sync(controller, "gone", 1), what="the record everywhere")
+        third = controller.nodes[3]
+        assert third.broker.state.topics.get("gone").configs == {"retention.ms": "3600000"}  # type: ignore[union-attr]
+        assert third.log("gone").config.retention_ms == 3_600_000
+        directory = third.log("gone").directory
+        controller.publish(PartitionChangeRecord(topic_id, 0, isr=(1, 2), replicas=(1, 2)))
+        assert third.broker.state.partition_log("gone", 0) is None and not directory.exists()
+        assert (await produce(controller.nodes[1], "gone", make_batch([b"b"]))).error_code == ErrorCode.none
+        controller.publish(RemoveTopicRecord(topic_id))
+        for node in controller.nodes.values():
+            assert node.broker.state.topics.get("gone") is None
+            assert node.broker.state.partition_log("gone", 0) is None
+        answer = await produce(controller.nodes[1], "gone", make_batch([b"c"]))
+        assert answer.error_code == ErrorCode.unknown_topic_or_partition
 
 
 def test_truncation_offset_follows_kafkas_rules(tmp_path: Path) -> None:

@@ -36,6 +36,10 @@ if TYPE_CHECKING:
     from kafkakit.broker.metadata import PartitionRegistration
 
 
+#: A time before any other (monotonic ms): "never caught up", "never fetched".
+NEVER = float("-inf")
+
+
 @dataclass(slots=True)
 class FollowerState:
     """What the leader knows of one follower from its fetches (Kafka's Replica)."""
@@ -43,9 +47,9 @@ class FollowerState:
     replica_id: int
     #: The follower's log end offset: its last fetch offset (-1 before its first fetch).
     log_end_offset: int = -1
-    last_caught_up_ms: float = 0.0
+    last_caught_up_ms: float = NEVER
     last_fetch_leader_end: int = -1
-    last_fetch_ms: float = 0.0
+    last_fetch_ms: float = NEVER
 
     def record_fetch(self, fetch_offset: int, leader_end: int, now_ms: float) -> None:
         """A fetch at ``fetch_offset`` while the leader's log ends at ``leader_end``."""
@@ -119,7 +123,7 @@ class LeaderPartition:
         for replica in registration.replicas:
             if replica != node_id:
                 in_sync = replica in registration.isr
-                lp.followers[replica] = FollowerState(replica, last_caught_up_ms=now_ms if in_sync else 0.0)
+                lp.followers[replica] = FollowerState(replica, last_caught_up_ms=now_ms if in_sync else NEVER)
         return lp
 
     @property

@@ -140,7 +140,8 @@ class ReplicaManager:
         acks=all NOT_ENOUGH_REPLICAS while the ISR is smaller than min.insync.replicas."""
         leader = self._leaders.get((topic, partition))
         if leader is None:
-            return ErrorCode.not_leader_or_follower
+            known = self._image is not None and self._image.partition(topic, partition) is not None
+            return ErrorCode.not_leader_or_follower if known else ErrorCode.unknown_topic_or_partition
         if acks == -1 and len(leader.isr) < self.min_insync_replicas(topic):
             return ErrorCode.not_enough_replicas
         return None
@@ -261,14 +262,14 @@ class ReplicaManager:
         if topic is None:
             return
         configs = image.topic_configs(name)
-        self._min_insync[name] = _min_insync(configs, self.settings.min_insync_replicas)
         info = TopicInfo(name, topic.topic_id, max(topic.partitions, default=-1) + 1, configs)
         existing = self.state.topics.get(name)
-        if existing == info:
-            return
         if existing is not None and existing.topic_id != topic.topic_id:
             self._drop_topic(name)  # an older topic of the same name: its data goes
             existing = None
+        self._min_insync[name] = _min_insync(configs, self.settings.min_insync_replicas)
+        if existing == info:
+            return
         if existing is not None:
             self.state.topics.remove(name)
         self.state.topics.add(info)
