@@ -34,11 +34,9 @@ clears it.
 
 from __future__ import annotations
 
-import enum
 import logging
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from kafkakit.broker.log import LogError, PartitionLog
@@ -46,6 +44,24 @@ from kafkakit.records import build_control_batch, decode_batch, encode_batch
 from kio.schema.errors import ErrorCode
 
 from .offsets_topic import OFFSETS_TOPIC
+from .txn_metadata import (
+    COMPLETE_STATES,
+    COORDINATOR_EPOCH,
+    KNOWN_STATE_NAMES,
+    MARKER_RETRY_MAX_MS,
+    MAX_EPOCH,
+    MAX_TRANSACTION_TIMEOUT_MS,
+    NO_EPOCH,
+    NO_PRODUCER_ID,
+    PREPARING_STATES,
+    ImplicitAdd,
+    MarkerJob,
+    TransactionMetadata,
+    TxnError,
+    TxnState,
+    is_epoch_exhausted,
+    state_name,
+)
 from .txn_records import (
     TxnLogValue,
     TxnRecordError,
@@ -54,12 +70,22 @@ from .txn_records import (
     encode_txn_key,
     encode_txn_value,
     partition_for_transactional_id,
-    partition_pairs,
 )
 
 if TYPE_CHECKING:
     from kafkakit.broker.coordinators.group_coordinator import GroupCoordinator
     from kafkakit.broker.producer_state import ProducerIdAllocator, ProducerStateRegistry
+
+__all__ = [  # the transaction types stay importable from here
+    "KNOWN_STATE_NAMES",
+    "MAX_EPOCH",
+    "ImplicitAdd",
+    "TransactionCoordinator",
+    "TransactionMetadata",
+    "TxnError",
+    "TxnState",
+    "state_name",
+]
 
 log = logging.getLogger("kafkakit.broker")
 
@@ -70,138 +96,6 @@ TRANSACTION_TOPIC_CONFIGS = {
     "retention.ms": "-1",
     "retention.bytes": "-1",
 }
-# Kafka's transaction.max.timeout.ms default.
-MAX_TRANSACTION_TIMEOUT_MS = 15 * 60 * 1000
-MAX_EPOCH = 2**15 - 1
-COORDINATOR_EPOCH = 0
-NO_PRODUCER_ID = -1
-NO_EPOCH = -1
-# Marker retry backoff (Kafka retries every few hundred ms until it succeeds).
-MARKER_RETRY_INITIAL_MS = 100
-MARKER_RETRY_MAX_MS = 5_000
-
-
-class TxnState(enum.IntEnum):
-    """Kafka's ``TransactionState`` ids (as logged)."""
-
-    EMPTY = 0
-    ONGOING = 1
-    PREPARE_COMMIT = 2
-    PREPARE_ABORT = 3
-    COMPLETE_COMMIT = 4
-    COMPLETE_ABORT = 5
-    DEAD = 6
-    PREPARE_EPOCH_FENCE = 7
-
-
-_PREPARING = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
-_COMPLETE = (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
-_STATE_NAMES = {
-    TxnState.EMPTY: "Empty",
-    TxnState.ONGOING: "Ongoing",
-    TxnState.PREPARE_COMMIT: "PrepareCommit",
-    TxnState.PREPARE_ABORT: "PrepareAbort",
-    TxnState.COMPLETE_COMMIT: "CompleteCommit",
-    TxnState.COMPLETE_ABORT: "CompleteAbort",
-    TxnState.DEAD: "Dead",
-    TxnState.PREPARE_EPOCH_FENCE: "PrepareEpochFence",
-}
-KNOWN_STATE_NAMES = frozenset(_STATE_NAMES.values())
-
-
-def state_name(state: TxnState) -> str:
-    """Kafka's name of a state, as ListTransactions and DescribeTransactions report it."""
-    return _STATE_NAMES[state]
-
-
-def is_epoch_exhausted(epoch: int) -> bool:
-    """Kafka never hands out epoch 32767, so the coordinator can always fence once more."""
-    return epoch >= MAX_EPOCH - 1
-
-
-class TxnError(Exception):
-    """A request refused with a Kafka error code."""
-
-    def __init__(self, code: ErrorCode, message: str = "") -> None:
-        super().__init__(message or code.name)
-        self.code = code
-
-
-class ImplicitAdd(enum.Enum):
-    """How a Produce/TxnOffsetCommit treats a partition not in the transaction (Kafka's
-    ``TransactionSupportedOperation``, chosen by the request version)."""
-
-    REFUSE = "INVALID_TXN_STATE"  # older clients
-    ABORTABLE = "TRANSACTION_ABORTABLE"  # Produce v11, TxnOffsetCommit v4 (KIP-890 part 1)
-    ADD = "add"  # Produce v12+, TxnOffsetCommit v5+ (transaction version 2)
-
-
-@dataclass(slots=True)
-class MarkerJob:
-    """Markers still to write for a transaction in PrepareX (retried until written)."""
-
-    commit: bool
-    producer_id: int
-    epoch: int
-    remaining: set[tuple[str, int]]
-    next_producer_id: int = NO_PRODUCER_ID  # TV2 epoch overflow: the id the producer gets afterwards
-    backoff_ms: int = MARKER_RETRY_INITIAL_MS
-    next_attempt_ms: int = 0
-
-
-@dataclass(slots=True)
-class TransactionMetadata:
-    """One transactional id's state."""
-
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    timeout_ms: int
-    state: TxnState = TxnState.EMPTY
-    partitions: set[tuple[str, int]] = field(default_factory=set)
-    start_ms: int = -1
-    last_update_ms: int = -1
-    # The epoch before the last bump that a producer may still present (KIP-360 retries/recovery).
-    last_producer_epoch: int = NO_EPOCH
-    previous_producer_id: int = NO_PRODUCER_ID
-    # Kafka's ClientTransactionVersion: 2 once the client used transaction version 2 requests, else 0.
-    client_transaction_version: int = 0
-    markers: MarkerJob | None = None
-
-    def snapshot(self) -> tuple[object, ...]:
-        """The mutable fields, to undo a transition whose logging failed (see :meth:`restore`)."""
-        return (
-            self.producer_id, self.producer_epoch, self.timeout_ms, self.state, set(self.partitions),
-            self.start_ms, self.last_update_ms, self.last_producer_epoch, self.previous_producer_id,
-            self.client_transaction_version,
-        )  # fmt: skip
-
-    def restore(self, snapshot: tuple[object, ...]) -> None:
-        """Undo to a :meth:`snapshot` (the producer id index is the caller's)."""
-        (
-            self.producer_id, self.producer_epoch, self.timeout_ms, self.state, self.partitions,
-            self.start_ms, self.last_update_ms, self.last_producer_epoch, self.previous_producer_id,
-            self.client_transaction_version,
-        ) = snapshot  # type: ignore[assignment]  # fmt: skip
-
-    def to_log(self) -> TxnLogValue:
-        """The logged form."""
-        return TxnLogValue(
-            self.producer_id,
-            self.producer_epoch,
-            self.timeout_ms,
-            int(self.state),
-            partition_pairs(self.partitions),
-            self.last_update_ms,
-            self.start_ms,
-            self.previous_producer_id,
-            self.markers.next_producer_id
-            if self.markers is not None and self.state in _PREPARING
-            else NO_PRODUCER_ID,
-            self.client_transaction_version,
-        )
-
-
 class TransactionHost(Protocol):
     """What the coordinator needs from the broker."""
 
@@ -272,7 +166,7 @@ class TransactionCoordinator:
             self._index(meta)
             next_ids[transactional_id] = value.next_producer_id
         for meta in list(self.transactions.values()):
-            if meta.state in _PREPARING:
+            if meta.state in PREPARING_STATES:
                 log.info(
                     "transaction %s: completing %s after restart", meta.transactional_id, meta.state.name
                 )
@@ -357,7 +251,7 @@ class TransactionCoordinator:
             self._persist(meta)
             self._index(meta)
             return meta.producer_id, meta.producer_epoch
-        if meta.state in _PREPARING:
+        if meta.state in PREPARING_STATES:
             raise TxnError(ErrorCode.concurrent_transactions)
         if expected and not (
             producer_id == meta.producer_id
@@ -369,7 +263,7 @@ class TransactionCoordinator:
         if meta.state == TxnState.ONGOING:
             log.info("transaction %s: InitProducerId aborts the open transaction", transactional_id)
             self._fence_and_abort(meta)
-            if meta.state in _PREPARING:  # a marker could not be written yet: retry later
+            if meta.state in PREPARING_STATES:  # a marker could not be written yet: retry later
                 raise TxnError(ErrorCode.concurrent_transactions)
         before = meta.snapshot()
         if is_epoch_exhausted(meta.producer_epoch) and (not expected or epoch == meta.producer_epoch):
@@ -420,7 +314,7 @@ class TransactionCoordinator:
                 ErrorCode.producer_fenced,
                 f"{transactional_id}: epoch {epoch} is not the current epoch {meta.producer_epoch}",
             )
-        if meta.state in _PREPARING:
+        if meta.state in PREPARING_STATES:
             raise TxnError(ErrorCode.concurrent_transactions)
         return meta
 
@@ -468,7 +362,7 @@ class TransactionCoordinator:
             raise TxnError(ErrorCode.invalid_producer_id_mapping)
         if epoch != meta.producer_epoch:
             raise TxnError(ErrorCode.invalid_producer_epoch)
-        if meta.state in _PREPARING:
+        if meta.state in PREPARING_STATES:
             raise TxnError(ErrorCode.concurrent_transactions)
         offsets_partition = self._host.offsets_partition_for(group_id)
         if meta.state == TxnState.ONGOING and offsets_partition in meta.partitions:
@@ -504,7 +398,7 @@ class TransactionCoordinator:
             return ErrorCode.invalid_producer_id_mapping
         if epoch != meta.producer_epoch:
             return ErrorCode.invalid_producer_epoch
-        if meta.state in _PREPARING:
+        if meta.state in PREPARING_STATES:
             return ErrorCode.not_enough_replicas
         if meta.state == TxnState.ONGOING and (topic, partition) in meta.partitions:
             return None
@@ -572,7 +466,7 @@ class TransactionCoordinator:
             and producer_id != meta.producer_id
             and meta.producer_epoch == 0
             and is_epoch_exhausted(epoch)
-            and state in _COMPLETE
+            and state in COMPLETE_STATES
         )
         if meta.producer_id != producer_id and not overflow_retry:
             raise TxnError(ErrorCode.invalid_producer_id_mapping)
@@ -583,7 +477,7 @@ class TransactionCoordinator:
         if is_retry:
             if not matches:
                 raise TxnError(ErrorCode.invalid_txn_state, f"{transactional_id}: retry of the other outcome")
-            if state in _PREPARING:
+            if state in PREPARING_STATES:
                 raise TxnError(ErrorCode.concurrent_transactions)
             return meta.producer_id, meta.producer_epoch
         if epoch != meta.producer_epoch:
@@ -591,7 +485,7 @@ class TransactionCoordinator:
                 ErrorCode.producer_fenced,
                 f"{transactional_id}: epoch {epoch} is not the current epoch {meta.producer_epoch}",
             )
-        if state in _PREPARING:
+        if state in PREPARING_STATES:
             raise TxnError(ErrorCode.concurrent_transactions)
         if state != TxnState.ONGOING and commit:
             raise TxnError(ErrorCode.invalid_txn_state, f"{transactional_id}: no transaction to commit")
