@@ -123,7 +123,7 @@ def cluster_main(argv: Sequence[str]) -> int:
         raw[key.strip()] = value
     try:
         # Check every setting before any node starts (the cluster supplies the quorum settings).
-        BrokerConfig.from_strings({**raw, "controller.quorum.voters": "1@127.0.0.1:1", "node.id": "1"})
+        BrokerConfig.from_strings({"controller.quorum.voters": "1@127.0.0.1:1", "node.id": "1", "cluster.id": "check", **raw})
     except KafkaConfigError as exc:
         print(f"kafkakit-broker cluster: bad setting {exc}", file=sys.stderr)
         return 2

@@ -227,6 +227,10 @@ class BrokerConfig:
                 )
             if self.controller_quorum_voters is None:
                 raise KafkaConfigError("controller.quorum.voters", "process.roles needs the controller quorum voters")
+        if self.controller_quorum_voters is not None and self.cluster_id is None:
+            # Kafka formats every node's storage with one cluster id (kafka-storage format -t ID);
+            # voters refuse requests from another cluster, so a node cannot invent its own.
+            raise KafkaConfigError("cluster.id", "cluster mode needs the same cluster.id on every node")
         if self.controller_quorum_voters is not None:
             from kafkakit.broker.raft.config import parse_voters  # the raft layer owns the voter syntax
 

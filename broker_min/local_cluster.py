@@ -12,6 +12,7 @@ command runs one of these until Ctrl-C.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import signal
@@ -19,6 +20,7 @@ import socket
 import struct
 import sys
 import tempfile
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +82,7 @@ class LocalCluster:
         self.data_dir = Path(data_dir)
         self.host = host
         self.config = {**LOCAL_DEFAULTS, **dict(config or {})}
+        self.config.setdefault("cluster.id", base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))
         self.config.setdefault("default.replication.factor", str(min(nodes, 3)))
         self.config.setdefault("offsets.topic.replication.factor", str(min(nodes, 3)))
         self.config.setdefault("transaction.state.log.replication.factor", str(min(nodes, 3)))

@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafkakit.broker.config import BrokerConfig
 from kafkakit.broker.handlers import HANDLERS, unsupported_version_response
@@ -52,7 +52,6 @@ from kafkakit.broker.security.listeners import Listener, advertised_endpoints, c
 from kafkakit.broker.security.principal import SESSION, Session
 from kafkakit.broker.security.tls import peer_principal, server_ssl_context
 from kafkakit.broker.state import BrokerState
-from kafkakit.errors import KafkaConfigError
 from kafkakit.protocol import (
     ApiKey,
     RequestHeaderInfo,
@@ -62,6 +61,9 @@ from kafkakit.protocol import (
     response_class,
 )
 from prometheus_client import CollectorRegistry
+
+if TYPE_CHECKING:
+    from kafkakit.broker.cluster_mode import ClusterRuntime
 
 log = logging.getLogger("kafkakit.broker")
 
@@ -404,10 +406,7 @@ class Broker:
         **config: Any,
     ):
         self.config = BrokerConfig.from_kwargs(**config)
-        if self.config.cluster_mode:
-            raise KafkaConfigError(
-                "controller.quorum.voters", "cluster mode is not yet supported by this build (issue 13 in progress)"
-            )
+        self._cluster: ClusterRuntime | None = None
         # kafka-storage's --add-scram entries, applied to the credential store at start.
         self._add_scram = [parse_add_scram(spec) for spec in add_scram]
         self.data_dir = Path(data_dir)
@@ -498,8 +497,31 @@ class Broker:
         if self._metrics_server is not None:
             log.info("kafkakit broker metrics on http://%s/metrics", self.metrics_address)
         state.set_listeners(advertised_endpoints(self.config, self._bound))
+        state.set_listener_protocols({lst.name: lst.security_protocol for lst in self._bound})
+        if self.config.cluster_mode:
+            from kafkakit.broker.cluster_mode import ClusterRuntime  # only cluster nodes need it
+
+            self._cluster = ClusterRuntime(state, self.config, self.data_dir)
+            try:
+                await self._cluster.start()
+            except BaseException:
+                await self._cluster.stop(graceful=False)
+                await self._close_servers()
+                state.close()
+                raise
         self._state = state
         state.start_background_tasks()
+
+    async def wait_ready(self, timeout: float = 60.0) -> None:
+        """Cluster mode: wait until this node is registered with the controller and unfenced
+        (a node alone cannot get there: the quorum needs a majority). Immediate on one node."""
+        if self._cluster is not None:
+            await self._cluster.wait_ready(timeout)
+
+    @property
+    def cluster(self) -> ClusterRuntime | None:
+        """The quorum, controller and replica manager of a cluster node; None on a single node."""
+        return self._cluster
 
     async def _close_servers(self) -> None:
         servers, self._servers = self._servers, {}
@@ -513,10 +535,16 @@ class Broker:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
 
-    async def stop(self) -> None:
-        """Stop listening, drop every connection, and close the logs cleanly."""
+    async def stop(self, *, graceful: bool = True) -> None:
+        """Stop listening, drop every connection, and close the logs cleanly.
+
+        A cluster node first makes a controlled shutdown when ``graceful`` (the controller
+        moves its leaderships to other replicas), then leaves the quorum."""
         if not self._servers:
             return
+        if self._cluster is not None:
+            await self._cluster.stop(graceful=graceful)
+            self._cluster = None
         for server in self._servers.values():
             server.close()
         # Aborting (not cancelling) the connection tasks lets them end normally,

@@ -110,12 +110,16 @@ class TopicInfo:
 class TopicRegistry:
     """Name -> :class:`TopicInfo`, persisted one JSON file per topic."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path | None) -> None:
+        """``directory`` None keeps the registry in memory only (cluster mode: the metadata image
+        is the record of topics, and the replica manager mirrors it here)."""
         self._dir = directory
-        self._dir.mkdir(parents=True, exist_ok=True)
         self._by_name: dict[str, TopicInfo] = {}
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
-        for path in sorted(self._dir.glob("*.json")):
+        if directory is None:
+            return
+        directory.mkdir(parents=True, exist_ok=True)
+        for path in sorted(directory.glob("*.json")):
             info = TopicInfo.from_json(json.loads(path.read_text("utf-8")))
             self._index(info)
 
@@ -137,8 +141,12 @@ class TopicRegistry:
         return self._by_id.get(topic_id)
 
     def add(self, info: TopicInfo) -> None:
-        """Persist then index a new topic."""
-        write_durably(self._path(info.name), json.dumps(info.to_json(), indent=1).encode())
+        """Persist then index a new topic (replacing one of the same name)."""
+        if self._dir is not None:
+            write_durably(self._dir / f"{info.name}.json", json.dumps(info.to_json(), indent=1).encode())
+        previous = self._by_name.get(info.name)
+        if previous is not None:
+            self._by_id.pop(previous.topic_id, None)
         self._index(info)
 
     def remove(self, name: str) -> TopicInfo | None:
@@ -146,17 +154,15 @@ class TopicRegistry:
         info = self._by_name.pop(name, None)
         if info is not None:
             self._by_id.pop(info.topic_id, None)
-            with contextlib.suppress(FileNotFoundError):
-                self._path(name).unlink()
-            fsync_path(self._dir)
+            if self._dir is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    (self._dir / f"{name}.json").unlink()
+                fsync_path(self._dir)
         return info
 
     def _index(self, info: TopicInfo) -> None:
         self._by_name[info.name] = info
         self._by_id[info.topic_id] = info
-
-    def _path(self, name: str) -> Path:
-        return self._dir / f"{name}.json"
 
 
 class BrokerState:
@@ -170,8 +176,10 @@ class BrokerState:
         self.advertised_host = config.advertised_host or "127.0.0.1"
         self.port = 0
         self.listener_endpoints: dict[str, tuple[str, int]] = {}
+        self.listener_protocols: dict[str, str] = {}
         self.default_log_config = broker_log_config(config)
-        self.topics = TopicRegistry(data_dir / TOPICS_DIR)
+        # Cluster mode: topics come from the metadata image (the replica manager mirrors them).
+        self.topics = TopicRegistry(None if config.cluster_mode else data_dir / TOPICS_DIR)
         self.logs = LogManager(data_dir, self.default_log_config)
         self.cleaner = LogCleaner(
             self.logs,
@@ -199,12 +207,15 @@ class BrokerState:
         self.active_controller: Callable[[], int | None] = lambda: self.node_id
         self._append_waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
         self._background: list[asyncio.Task[None]] = []
-        self._open_registered_partitions()
+        if not config.cluster_mode:
+            self._open_registered_partitions()
         self.groups = GroupCoordinator(
             OffsetsTopic(self, config.offsets_topic_num_partitions, self.producer_states),
             group_settings(config),
         )
-        self.groups.load()
+        if not config.cluster_mode:
+            # In cluster mode a coordinator loads a partition when this node becomes its leader.
+            self.groups.load()
         self.transactions = TransactionCoordinator(
             self,
             self.producer_ids,
@@ -213,7 +224,8 @@ class BrokerState:
             # Kafka writes TransactionLogValue v1 once transaction version 2 is finalized.
             log_value_version=1 if config.transaction_version >= 2 else 0,
         )
-        self.transactions.load()
+        if not config.cluster_mode:
+            self.transactions.load()
 
     # -- listener --------------------------------------------------------------
 
@@ -226,6 +238,10 @@ class BrokerState:
         answer with the endpoint of the listener the request came in on, as Kafka does)."""
         self.listener_endpoints = dict(endpoints)
         self.advertised_host, self.port = next(iter(self.listener_endpoints.values()))
+
+    def set_listener_protocols(self, protocols: Mapping[str, str]) -> None:
+        """Record each listener's security protocol (a cluster node registers them)."""
+        self.listener_protocols = dict(protocols)
 
     def advertised_endpoint(self) -> tuple[str, int]:
         """(host, port) of the listener the current request came in on."""
@@ -310,6 +326,9 @@ class BrokerState:
         handlers turn problems into error codes); ``LogConfig`` raises
         ``KafkaConfigError`` for bad configs.
         """
+        if self.config.cluster_mode:
+            # Only the controller creates topics in a cluster (handlers forward the request).
+            raise LogError(f"cannot create topic {name} locally in cluster mode")
         info = TopicInfo(name, uuid.uuid4(), num_partitions, dict(configs or {}))
         log_config = self.topic_log_config(info)
         # The registry file is the commit point: after a crash here the next
@@ -505,6 +524,14 @@ class ReplicaManagerHook(Protocol):
 
     async def wait_committed(
         self, topic: str, partition: int, end_offset: int, timeout: float
+    ) -> ErrorCode | None: ...
+
+    def check_produce(self, topic: str, partition: int, acks: int) -> ErrorCode | None: ...
+
+    def on_leader_append(self, topic: str, partition: int) -> None: ...
+
+    def on_follower_fetch(
+        self, topic: str, partition: int, replica_id: int, fetch_offset: int
     ) -> ErrorCode | None: ...
 
 

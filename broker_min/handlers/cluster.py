@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.handlers.base import AUTHORIZED_OPERATIONS_OMITTED, NO_THROTTLE, ApiHandler, make, nested
 from kafkakit.broker.handlers.configs import ConfigEntry, describe_broker_configs, describe_topic_configs
+from kafkakit.broker.handlers.metadata import controller_id, live_brokers
 from kafkakit.protocol import RequestHeaderInfo, response_class
 from kio.schema.errors import ErrorCode
 
@@ -20,14 +21,12 @@ BROKER_RESOURCE = 4
 
 
 async def handle_describe_cluster(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
-    """This node as the whole cluster and its controller."""
+    """The live brokers and the controller id (the same view Metadata gives, see metadata.py)."""
     cls = response_class(DESCRIBE_CLUSTER, header.api_version)
-    broker = make(
-        nested(cls, "DescribeClusterBroker"),
-        broker_id=state.node_id,
-        host=state.advertised_endpoint()[0],
-        port=state.advertised_endpoint()[1],
-        rack=None,
+    broker_cls = nested(cls, "DescribeClusterBroker")
+    brokers = tuple(
+        make(broker_cls, broker_id=node_id, host=host, port=port, rack=rack)
+        for node_id, host, port, rack in live_brokers(state)
     )
     return make(
         cls,
@@ -36,8 +35,8 @@ async def handle_describe_cluster(state: BrokerState, header: RequestHeaderInfo,
         error_message=None,
         endpoint_type=getattr(request, "endpoint_type", 1),
         cluster_id=state.cluster_id,
-        controller_id=state.node_id,
-        brokers=(broker,),
+        controller_id=controller_id(state),
+        brokers=brokers,
         cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
     )
 

@@ -18,6 +18,10 @@ the epoch the abort replaced, gets the current epoch back instead of being
 fenced (Kafka's ``lastProducerEpoch``).  PRODUCER_FENCED becomes
 INVALID_PRODUCER_EPOCH before v4, as Kafka answers.  v5 only adds
 TRANSACTION_ABORTABLE, which this coordinator never answers here.
+
+In cluster mode producer ids come in blocks from the controller; before the first block
+arrives the answer is COORDINATOR_LOAD_IN_PROGRESS, which clients retry (Kafka's
+RPCProducerIdManager does the same).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.coordinators.transactions import TxnError
 from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, make
+from kafkakit.broker.producer_state import ProducerIdsUnavailableError
 from kafkakit.protocol import RequestHeaderInfo, response_class
 from kio.schema.errors import ErrorCode
 
@@ -57,10 +62,13 @@ async def handle_init_producer_id(state: BrokerState, header: RequestHeaderInfo,
         return _refuse(cls, ErrorCode.cluster_authorization_failed)
     current_id = getattr(request, "producer_id", _NO_PRODUCER_ID)
     current_epoch = getattr(request, "producer_epoch", _NO_EPOCH)
-    if current_id >= 0 and current_epoch >= 0:
-        producer_id, epoch = state.producer_ids.bump_epoch(current_id, current_epoch)
-    else:
-        producer_id, epoch = state.producer_ids.allocate(), 0
+    try:
+        if current_id >= 0 and current_epoch >= 0:
+            producer_id, epoch = state.producer_ids.bump_epoch(current_id, current_epoch)
+        else:
+            producer_id, epoch = state.producer_ids.allocate(), 0
+    except ProducerIdsUnavailableError:
+        return _refuse(cls, ErrorCode.coordinator_load_in_progress)
     return make(
         cls,
         throttle_time=NO_THROTTLE,
@@ -79,6 +87,8 @@ def _init_transactional(state: BrokerState, cls: type, version: int, request: An
             getattr(request, "producer_id", _NO_PRODUCER_ID),
             getattr(request, "producer_epoch", _NO_EPOCH),
         )
+    except ProducerIdsUnavailableError:
+        return _refuse(cls, ErrorCode.coordinator_load_in_progress)
     except TxnError as exc:
         code = exc.code
         if code == ErrorCode.producer_fenced and version < FIRST_FENCED_VERSION:

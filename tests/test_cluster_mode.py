@@ -1,0 +1,214 @@
+"""broker_min cluster mode (issue 13): 3 combined KRaft nodes as child processes (LocalCluster).
+
+Every test talks to real node processes over real sockets with kafkakit's own client (the
+interop tests with confluent-kafka and aiokafka are in tests/test_cluster_interop.py).
+One module-scoped cluster serves the tests that leave it as they found it; tests that
+kill nodes start their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from kafkakit import Admin, Consumer, NewTopic, Producer, TopicPartition
+from kafkakit.broker import LocalCluster
+from kafkakit.errors import KafkaError
+
+from tests.brokers import new_topic_name
+
+# One event loop for the module, so that the module-scoped cluster fixture can be async.
+pytestmark = [pytest.mark.timeout(180), pytest.mark.asyncio(loop_scope="module")]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalCluster]:
+    async with LocalCluster(3, tmp_path_factory.mktemp("cluster")) as running:
+        yield running
+
+
+async def _describe(bootstrap: str, topic: str) -> dict[int, tuple[int, tuple[int, ...], tuple[int, ...]]]:
+    """partition -> (leader, replicas, isr)."""
+    async with Admin(bootstrap_servers=bootstrap) as admin:
+        (description,) = await admin.describe_topics([topic])
+    return {p.partition: (p.leader, tuple(p.replicas), tuple(p.isr)) for p in description.partitions}
+
+
+async def _wait_for(predicate: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        if await predicate():
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.2)
+
+
+async def _consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) -> list[bytes]:
+    """Every value of the topic's partitions from the start, in partition order (no group)."""
+    values: list[bytes] = []
+    partitions = sorted(await _describe(bootstrap, topic))
+    async with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in partitions])
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while len(values) < expected and loop.time() < deadline:
+            batches = await consumer.getmany(timeout_ms=500)
+            for records in batches.values():
+                values.extend(r.value for r in records if r.value is not None)
+    return values
+
+
+async def test_three_nodes_register_and_every_node_lists_them(cluster: LocalCluster) -> None:
+    for node_id in cluster.node_ids:
+        assert await cluster.live_brokers(node_id) == {1, 2, 3}
+    async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+        description = await admin.describe_cluster()
+    assert {b.node_id for b in description.brokers} == {1, 2, 3}
+    assert description.controller_id in {1, 2, 3}
+
+
+async def test_a_replicated_topic_spreads_leaders_and_keeps_acks_all_records(cluster: LocalCluster) -> None:
+    topic = new_topic_name("rf3")
+    async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+        await admin.create_topics([NewTopic(topic, 6, 3)])
+    described = await _describe(cluster.bootstrap_servers, topic)
+    assert sorted(described) == list(range(6))
+    leaders = [leader for leader, _, _ in described.values()]
+    assert set(leaders) == {1, 2, 3}, f"leaders not spread: {leaders}"
+    for leader, replicas, isr in described.values():
+        assert sorted(replicas) == [1, 2, 3] and sorted(isr) == [1, 2, 3] and leader == replicas[0]
+    async with Producer(bootstrap_servers=cluster.bootstrap_servers, acks="all") as producer:
+        futures = [await producer.send(topic, f"v{i}".encode()) for i in range(300)]
+        await asyncio.gather(*futures)
+    values = await _consume_all(cluster.bootstrap_servers, topic, 300)
+    assert sorted(values) == sorted(f"v{i}".encode() for i in range(300))
+
+
+async def test_every_replica_holds_the_same_log(cluster: LocalCluster) -> None:
+    topic = new_topic_name("same-log")
+    async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+        await admin.create_topics([NewTopic(topic, 1, 3)])
+    async with Producer(bootstrap_servers=cluster.bootstrap_servers, acks="all") as producer:
+        for i in range(50):
+            await producer.send_and_wait(topic, f"r{i}".encode(), partition=0)
+
+    def segment_bytes(node_id: int) -> bytes:
+        directory = cluster.data_dir / f"node-{node_id}" / f"{topic}-0"
+        return b"".join(p.read_bytes() for p in sorted(directory.glob("*.log")))
+
+    # acks=all means every ISR member has the records; followers may still be writing the HW.
+    deadline = time.monotonic() + 10
+    while len({segment_bytes(n) for n in cluster.node_ids}) != 1 and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    logs = {n: segment_bytes(n) for n in cluster.node_ids}
+    assert logs[1] and logs[1] == logs[2] == logs[3]
+
+
+async def test_auto_created_topics_get_the_default_replication_factor(cluster: LocalCluster) -> None:
+    topic = new_topic_name("auto")
+    async with Producer(bootstrap_servers=cluster.bootstrap_servers) as producer:
+        await producer.send_and_wait(topic, b"first")
+    described = await _describe(cluster.bootstrap_servers, topic)
+    assert [sorted(replicas) for _, replicas, _ in described.values()] == [[1, 2, 3]]
+
+
+async def test_deleted_topics_leave_every_node(cluster: LocalCluster) -> None:
+    topic = new_topic_name("gone")
+    async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+        await admin.create_topics([NewTopic(topic, 2, 3)])
+        await admin.delete_topics([topic])
+        assert topic not in await admin.list_topics()
+    deadline = time.monotonic() + 10
+    leftovers: list[Path] = []
+    while time.monotonic() < deadline:
+        leftovers = [p for n in cluster.node_ids for p in (cluster.data_dir / f"node-{n}").glob(f"{topic}-*")]
+        if not leftovers:
+            break
+        await asyncio.sleep(0.1)
+    assert leftovers == []
+
+
+async def test_min_insync_replicas_is_enforced_and_isr_shrinks_and_expands(tmp_path: Path) -> None:
+    config = {"replica.lag.time.max.ms": "1500", "min.insync.replicas": "2"}
+    async with LocalCluster(3, tmp_path, config=config) as cluster:
+        topic = new_topic_name("isr")
+        async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+            await admin.create_topics([NewTopic(topic, 1, 3, {"min.insync.replicas": "3"})])
+        leader, replicas, _ = (await _describe(cluster.bootstrap_servers, topic))[0]
+        follower = next(r for r in replicas if r != leader)
+        await cluster.pause(follower)
+
+        async def shrunk() -> bool:
+            _, _, isr = (await _describe(cluster.address(leader), topic))[0]
+            return follower not in isr
+
+        await _wait_for(shrunk, 20, "the paused follower to leave the ISR")
+        async with Producer(
+            bootstrap_servers=cluster.address(leader), acks="all", delivery_timeout_ms=3000, request_timeout_ms=2000
+        ) as producer:
+            with pytest.raises(KafkaError, match="NOT_ENOUGH_REPLICAS|NotEnoughReplicas"):
+                await producer.send_and_wait(topic, b"refused")
+        await cluster.resume(follower)
+
+        async def expanded() -> bool:
+            _, _, isr = (await _describe(cluster.address(leader), topic))[0]
+            return sorted(isr) == [1, 2, 3]
+
+        await _wait_for(expanded, 30, "the follower to rejoin the ISR")
+        async with Producer(bootstrap_servers=cluster.bootstrap_servers, acks="all") as producer:
+            await producer.send_and_wait(topic, b"accepted")
+        assert await _consume_all(cluster.bootstrap_servers, topic, 1) == [b"accepted"]
+
+
+async def test_killing_the_leader_during_acks_all_produce_loses_no_acknowledged_record(tmp_path: Path) -> None:
+    async with LocalCluster(3, tmp_path, config={"min.insync.replicas": "2"}) as cluster:
+        topic = new_topic_name("kill-leader")
+        async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+            await admin.create_topics([NewTopic(topic, 1, 3)])
+        leader = (await _describe(cluster.bootstrap_servers, topic))[0][0]
+        acknowledged: list[bytes] = []
+        async with Producer(bootstrap_servers=cluster.bootstrap_servers, acks="all", linger_ms=1) as producer:
+            for i in range(400):
+                value = f"k{i}".encode()
+                if i == 150:
+                    await cluster.kill(leader)
+                await producer.send_and_wait(topic, value)
+                acknowledged.append(value)
+        values = await _consume_all(cluster.bootstrap_servers, topic, len(acknowledged), timeout=60)
+        assert values == acknowledged  # every acknowledged record, once, in order
+        new_leader = (await _describe(cluster.bootstrap_servers, topic))[0][0]
+        assert new_leader != leader
+
+
+async def test_killing_the_active_controller_elects_another_with_the_metadata_intact(tmp_path: Path) -> None:
+    async with LocalCluster(3, tmp_path) as cluster:
+        topic = new_topic_name("ctl")
+        async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+            await admin.create_topics([NewTopic(topic, 3, 3)])
+            controller = (await admin.describe_cluster()).controller_id
+        await cluster.kill(controller)
+        survivors = [n for n in cluster.node_ids if n != controller]
+        bootstrap = ",".join(cluster.address(n) for n in survivors)
+        started = time.monotonic()
+
+        async def new_controller() -> bool:
+            async with Admin(bootstrap_servers=bootstrap) as admin:
+                return (await admin.describe_cluster()).controller_id in survivors
+
+        await _wait_for(new_controller, 15, "a new active controller")
+        elected_in = time.monotonic() - started
+        assert elected_in < 10, f"election took {elected_in:.1f}s"
+        # The metadata survived: the topic is there, and the controller still creates topics.
+        assert sorted(await _describe(bootstrap, topic)) == [0, 1, 2]
+        other = new_topic_name("after")
+        async with Admin(bootstrap_servers=bootstrap) as admin:
+            await admin.create_topics([NewTopic(other, 1, 2)])
+        await cluster.start_node(controller)
+        assert await cluster.live_brokers(controller) == {1, 2, 3}
+        assert sorted(await _describe(cluster.address(controller), other)) == [0]
