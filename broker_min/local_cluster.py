@@ -45,6 +45,16 @@ _METADATA = 3
 _SIZE = struct.Struct(">i")
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """A partition as one node's metadata describes it."""
+
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
 class LocalClusterError(RuntimeError):
     """A node did not start, or the cluster did not become ready in time."""
 
@@ -210,6 +220,21 @@ class LocalCluster:
                 )
             await asyncio.sleep(0.2)
 
+    async def partition_state(self, topic: str, partition: int, node_id: int) -> PartitionState | None:
+        """Leader, leader epoch, replicas and ISR of a partition as node ``node_id`` reports them
+        (None if it does not answer or does not know the partition). Asks that node only, so a
+        paused or dead node elsewhere cannot delay the answer."""
+        node = self._node(node_id)
+        try:
+            response = await _metadata(self.host, node.port, timeout=2.0, topics=(topic,))
+        except (OSError, TimeoutError, asyncio.IncompleteReadError):
+            return None
+        for found in response.topics:
+            for p in found.partitions:
+                if found.name == topic and p.partition_index == partition:
+                    return PartitionState(int(p.leader_id), int(p.leader_epoch), tuple(p.replica_nodes), tuple(p.isr_nodes))
+        return None
+
     async def live_brokers(self, node_id: int) -> set[int]:
         """The live brokers node ``node_id`` reports in Metadata (empty if it does not answer)."""
         node = self._node(node_id)
@@ -283,12 +308,13 @@ class LocalCluster:
         return all(answer == expected for answer in answers)
 
 
-async def _metadata(host: str, port: int, timeout: float) -> Any:
-    """One Metadata v12 request (no topics) on a fresh connection."""
+async def _metadata(host: str, port: int, timeout: float, topics: tuple[str, ...] = ()) -> Any:
+    """One Metadata v12 request (for ``topics``, none by default) on a fresh connection."""
     async with asyncio.timeout(timeout):
         reader, writer = await asyncio.open_connection(host, port)
         try:
-            request = make_request(_METADATA, 12, topics=(), allow_auto_topic_creation=False,
+            wanted = tuple({"name": t, "topic_id": uuid.UUID(int=0)} for t in topics)
+            request = make_request(_METADATA, 12, topics=wanted, allow_auto_topic_creation=False,
                                    include_topic_authorized_operations=False)  # fmt: skip
             writer.write(encode_request(1, "kafkakit-local-cluster", request))
             await writer.drain()
