@@ -7,7 +7,7 @@ no locking is needed; a JoinGroup or SyncGroup that must wait for the rest of
 the group returns a future the handler awaits (the long poll), and other
 connections keep being served meanwhile.
 
-Timers mirror Kafka's timer keys, one ``loop.call_later`` handle per key:
+Timers (:mod:`.timers`) mirror Kafka's timer keys, one ``loop.call_later`` handle per key:
 
 - ``("heartbeat", group, member)``: session expiry (a new member's JoinGroup gets
   ``new_member_join_timeout_ms`` instead); re-armed by Heartbeat, OffsetCommit,
@@ -41,8 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
 
 from kafkakit.broker.log import LogError
 from kio.schema.errors import ErrorCode
@@ -78,6 +77,7 @@ from .group_records import (
     encode_offset_key,
 )
 from .offsets_topic import CoordinatorRecord, OffsetsTopic
+from .timers import Timers
 
 __all__ = [  # the request/answer types stay importable from here
     "FetchedOffset",
@@ -90,8 +90,6 @@ __all__ = [  # the request/answer types stay importable from here
 ]
 
 log = logging.getLogger("kafkakit.broker.groups")
-
-TimerKey = tuple[str, ...]
 
 
 class GroupCoordinator:
@@ -106,7 +104,7 @@ class GroupCoordinator:
         self._offsets = OffsetManager(
             store, self._tables, settings.offset_metadata_max_bytes, self._reschedule_heartbeat, self.coordinator_error
         )
-        self._timers: dict[TimerKey, asyncio.TimerHandle] = {}
+        self._timers = Timers()
         self._loader = GroupLoader(store, self._tables, self._on_unloaded)
         #: Partitions loaded or loading here (``.loading``, ``.error(partition)``).
         self.partitions = self._loader.partitions
@@ -130,8 +128,7 @@ class GroupCoordinator:
 
     def _on_unloaded(self, removed: GroupTables) -> None:
         for group_id, group in removed.groups.items():
-            for key in [k for k in self._timers if k[1] == group_id]:
-                self._cancel(key)
+            self._timers.cancel_matching(1, group_id)
             for member in group.members.values():
                 complete_join(member, JoinResult(ErrorCode.not_coordinator, member.member_id))
                 complete_sync(member, SyncResult(ErrorCode.not_coordinator))
@@ -155,33 +152,14 @@ class GroupCoordinator:
 
     def shutdown(self) -> None:
         """Cancel every timer (broker stop); parked requests end with their connections."""
-        for handle in self._timers.values():
-            handle.cancel()
-        self._timers.clear()
+        self._timers.cancel_all()
 
     # ==================================================================== timers
-
-    def _schedule(self, key: TimerKey, delay_ms: int, action: Callable[..., None], *args: Any) -> None:
-        self._cancel(key)
-        loop = asyncio.get_running_loop()
-        self._timers[key] = loop.call_later(max(delay_ms, 0) / 1000, self._fire, key, action, args)
-
-    def _fire(self, key: TimerKey, action: Callable[..., None], args: tuple[Any, ...]) -> None:
-        self._timers.pop(key, None)
-        try:
-            action(*args)
-        except Exception:
-            log.exception("group coordinator timer %s failed", key)
-
-    def _cancel(self, key: TimerKey) -> None:
-        handle = self._timers.pop(key, None)
-        if handle is not None:
-            handle.cancel()
 
     def _reschedule_heartbeat(
         self, group: ClassicGroup, member: Member, timeout_ms: int | None = None
     ) -> None:
-        self._schedule(
+        self._timers.schedule(
             ("heartbeat", group.group_id, member.member_id),
             member.session_timeout_ms if timeout_ms is None else timeout_ms,
             self._expire_heartbeat,
@@ -190,7 +168,7 @@ class GroupCoordinator:
         )
 
     def _cancel_heartbeat(self, group: ClassicGroup, member_id: str) -> None:
-        self._cancel(("heartbeat", group.group_id, member_id))
+        self._timers.cancel(("heartbeat", group.group_id, member_id))
 
     # ==================================================================== JoinGroup
 
@@ -265,7 +243,7 @@ class GroupCoordinator:
         elif request.require_known_member_id:
             # The id must come back in a second JoinGroup; until then it only holds a session.
             group.pending_join.add(member_id)
-            self._schedule(
+            self._timers.schedule(
                 ("heartbeat", group.group_id, member_id),
                 request.session_timeout_ms,
                 self._expire_heartbeat,
@@ -411,7 +389,7 @@ class GroupCoordinator:
         if initial:
             delay = self.settings.initial_rebalance_delay_ms
             remaining = max(group.rebalance_timeout_ms() - delay, 0)
-            self._schedule(
+            self._timers.schedule(
                 ("join", group.group_id),
                 delay,
                 self._try_complete_initial_rebalance,
@@ -433,7 +411,7 @@ class GroupCoordinator:
         if group.has_all_members_joined():
             self._complete_join(group)
         else:
-            self._schedule(
+            self._timers.schedule(
                 ("join", group.group_id),
                 group.rebalance_timeout_ms(),
                 self._complete_join_by_id,
@@ -449,7 +427,7 @@ class GroupCoordinator:
             group.new_member_added = False
             next_delay = min(self.settings.initial_rebalance_delay_ms, remaining_ms)
             next_remaining = max(remaining_ms - delay_ms, 0)
-            self._schedule(
+            self._timers.schedule(
                 ("join", group_id),
                 next_delay,
                 self._try_complete_initial_rebalance,
@@ -477,7 +455,7 @@ class GroupCoordinator:
     def _complete_join(self, group: ClassicGroup) -> None:
         """End the join phase: drop dynamic members that did not rejoin, start the next generation,
         answer every parked JoinGroup and wait for SyncGroups."""
-        self._cancel(("join", group.group_id))
+        self._timers.cancel(("join", group.group_id))
         for member in group.not_yet_rejoined():
             if not member.is_static:
                 log.info(
@@ -488,7 +466,7 @@ class GroupCoordinator:
             return
         if not group.maybe_elect_new_joined_leader() and group.members:
             # Only static members that did not rejoin are left: wait for them (or their expiry).
-            self._schedule(
+            self._timers.schedule(
                 ("join", group.group_id),
                 group.rebalance_timeout_ms(),
                 self._complete_join_by_id,
@@ -513,7 +491,7 @@ class GroupCoordinator:
             self._reschedule_heartbeat(group, member)
             member.is_new = False
             group.pending_sync.add(member.member_id)
-        self._schedule(
+        self._timers.schedule(
             ("sync", group.group_id),
             group.rebalance_timeout_ms(),
             self._expire_pending_sync,
@@ -535,7 +513,7 @@ class GroupCoordinator:
 
     def _remove_sync_expiration(self, group: ClassicGroup) -> None:
         group.pending_sync.clear()
-        self._cancel(("sync", group.group_id))
+        self._timers.cancel(("sync", group.group_id))
 
     def _reset_and_propagate_assignment(self, group: ClassicGroup, error: ErrorCode) -> None:
         for member in group.members.values():
@@ -629,7 +607,7 @@ class GroupCoordinator:
     def _remove_pending_sync(self, group: ClassicGroup, member_id: str) -> None:
         group.pending_sync.discard(member_id)
         if not group.pending_sync:
-            self._cancel(("sync", group.group_id))
+            self._timers.cancel(("sync", group.group_id))
 
     def _store_leader_assignment(self, group: ClassicGroup, request: SyncRequest) -> None:
         assignment = dict(request.assignments)
@@ -820,8 +798,7 @@ class GroupCoordinator:
         self.offsets.pop(group_id, None)
         group.transition_to(GroupState.DEAD)
         del self.groups[group_id]
-        for key in [k for k in self._timers if k[1] == group_id]:
-            self._cancel(key)
+        self._timers.cancel_matching(1, group_id)
         log.info("deleted group %s and %d committed offset(s)", group_id, len(offsets))
         return ErrorCode.none
 
