@@ -30,23 +30,50 @@ open transaction) bumps the epoch and remembers the old one as the *last*
 epoch, so the fenced producer's InitProducerId with its (id, epoch) recovers
 the current epoch instead of being fenced; a new instance (no id presented)
 clears it.
+
+Partitions (cluster mode, issue 13): a transactional id belongs to one
+``__transaction_state`` partition and is served only while that partition is
+loaded here (:meth:`TransactionCoordinator.load_partition` when this node becomes
+its leader, :meth:`TransactionCoordinator.unload_partition` when it stops, which
+also abandons the markers of its transactions); other ids get NOT_COORDINATOR,
+COORDINATOR_LOAD_IN_PROGRESS while the partition loads.  :meth:`load` loads every
+partition (a single node).  Markers go through :mod:`.markers`: appended here for
+partitions this node leads, sent as WriteTxnMarkers to the leader of the others
+once :attr:`TransactionCoordinator.remote_markers` is set (cluster mode, where
+they also wait for the PrepareX record to be replicated first, and handlers
+await :meth:`TransactionCoordinator.settle` before answering a write).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Coroutine, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kafkakit.broker.log import LogError, PartitionLog
-from kafkakit.records import build_control_batch, decode_batch, encode_batch
+from kafkakit.records import encode_batch
 from kio.schema.errors import ErrorCode
 
-from .offsets_topic import OFFSETS_TOPIC
+from .markers import (
+    LeadershipView,
+    LocalMarkers,
+    MarkerLogHost,
+    MarkerOutcome,
+    MarkerSpec,
+    RemoteMarkers,
+    group_by_leader,
+    marker_outcome,
+)
+from .partitions import (
+    WRITE_TIMEOUT_SECONDS,
+    CoordinatorPartitions,
+    coordinator_write_error,
+    replay_cooperatively,
+)
 from .txn_metadata import (
     COMPLETE_STATES,
-    COORDINATOR_EPOCH,
     KNOWN_STATE_NAMES,
     MARKER_RETRY_MAX_MS,
     MAX_EPOCH,
@@ -64,12 +91,10 @@ from .txn_metadata import (
 )
 from .txn_records import (
     TxnLogValue,
-    TxnRecordError,
-    decode_txn_key,
-    decode_txn_value,
     encode_txn_key,
     encode_txn_value,
     partition_for_transactional_id,
+    replay_partition,
 )
 
 if TYPE_CHECKING:
@@ -96,12 +121,8 @@ TRANSACTION_TOPIC_CONFIGS = {
     "retention.ms": "-1",
     "retention.bytes": "-1",
 }
-class TransactionHost(Protocol):
-    """What the coordinator needs from the broker."""
-
-    def partition_log(self, topic: str, partition: int) -> PartitionLog | None:
-        """The log of an existing partition."""
-        ...
+class TransactionHost(MarkerLogHost, Protocol):
+    """What the coordinator needs from the broker (BrokerState)."""
 
     def transaction_topic_partitions(self) -> int | None:
         """Partition count of ``__transaction_state``, None before its first use."""
@@ -115,8 +136,10 @@ class TransactionHost(Protocol):
         """The ``__consumer_offsets`` partition holding ``group_id``."""
         ...
 
-    def notify_append(self, topic: str, partition: int) -> None:
-        """Wake fetches waiting on the partition."""
+    async def wait_committed(
+        self, topic: str, partition: int, end_offset: int, timeout: float
+    ) -> ErrorCode | None:
+        """Wait until the partition's high watermark reaches ``end_offset``; None, or why not."""
         ...
 
 
@@ -141,61 +164,130 @@ class TransactionCoordinator:
         self._default_partitions = default_partitions
         self.transactions: dict[str, TransactionMetadata] = {}
         self._by_producer: dict[int, TransactionMetadata] = {}
+        #: ``__transaction_state`` partitions loaded or loading here.
+        self.partitions = CoordinatorPartitions(TRANSACTION_TOPIC)
+        #: Appends markers to partitions this node leads (also WriteTxnMarkers from other nodes).
+        self.local_markers = LocalMarkers(host, producer_states, groups)
+        #: Sends markers to other leaders; None on a single node, where every marker is local.
+        self.remote_markers: RemoteMarkers | None = None
+        #: Where the transactions' partitions are led (the host unless replaced).
+        self.routing: LeadershipView = host
+        self._written: dict[int, int] = {}  # log end after this coordinator's last append, per partition
+        self._tasks: set[asyncio.Task[None]] = set()
 
-    # ================================================================ load
+    # ================================================================ partitions: load / unload
 
     def load(self) -> None:
-        """Replay ``__transaction_state``; finish transactions a crash left in PrepareX."""
-        next_ids: dict[str, int] = {}  # a TV2 epoch overflow's next producer id, logged with PrepareX
-        for transactional_id, value in self._replay():
-            if value is None:
-                self._forget(transactional_id)
+        """Load every ``__transaction_state`` partition now (a single node coordinates them all);
+        transactions a crash left in PrepareX are completed."""
+        for partition in range(self._partition_count()):
+            token = self.partitions.begin_load(partition, 0)
+            if token is None:
                 continue
-            meta = TransactionMetadata(
-                transactional_id,
-                value.producer_id,
-                value.producer_epoch,
-                value.timeout_ms,
-                TxnState(value.status),
-                set(value.partitions),
-                value.start_ms,
-                value.last_update_ms,
-                previous_producer_id=value.previous_producer_id,
-                client_transaction_version=value.client_transaction_version,
-            )
-            self._index(meta)
-            next_ids[transactional_id] = value.next_producer_id
-        for meta in list(self.transactions.values()):
-            if meta.state in PREPARING_STATES:
-                log.info(
-                    "transaction %s: completing %s after restart", meta.transactional_id, meta.state.name
-                )
-                commit = meta.state == TxnState.PREPARE_COMMIT
-                self._start_markers(meta, commit, next_ids.get(meta.transactional_id, NO_PRODUCER_ID))
+            values = dict(self._replay(partition))
+            self.partitions.finish_load(partition, token)
+            self._adopt(values)
         if self.transactions:
             log.info("loaded %d transactional id(s)", len(self.transactions))
 
-    def _replay(self) -> Iterator[tuple[str, TxnLogValue | None]]:
+    async def load_partition(self, partition: int, epoch: int = 0) -> bool:
+        """Become the coordinator of ``partition``'s transactional ids (Kafka's
+        ``loadTransactionsForTxnTopicPartition``): replay it, yielding to the loop
+        (COORDINATOR_LOAD_IN_PROGRESS meanwhile), serve it and complete transactions left in
+        PrepareX.  False if ignored (loaded at ``epoch`` or later), superseded or failed."""
+        token = self.partitions.begin_load(partition, epoch)
+        if token is None:
+            return False
+        values: dict[str, TxnLogValue | None] = {}
+
+        def apply(item: tuple[str, TxnLogValue | None]) -> None:
+            values[item[0]] = item[1]
+
+        try:
+            done = await replay_cooperatively(
+                self._replay(partition), apply, lambda: self.partitions.is_current(partition, token)
+            )
+        except Exception:
+            log.exception("loading %s-%d failed", TRANSACTION_TOPIC, partition)
+            self.partitions.abandon(partition, token)
+            return False
+        if not done or not self.partitions.finish_load(partition, token):
+            return False
+        count = self._adopt(values)
+        log.info("loaded %s-%d at epoch %d: %d transactional id(s)", TRANSACTION_TOPIC, partition, epoch, count)
+        return True
+
+    def unload_partition(self, partition: int, epoch: int | None = None) -> bool:
+        """Stop coordinating ``partition``'s transactional ids (Kafka's
+        ``removeTransactionsForTxnTopicPartition``): forget them and abandon their markers.
+        Ignored (False) when loaded at ``epoch`` or later; None always unloads."""
+        if not self.partitions.unload(partition, epoch):
+            return False
+        self._written.pop(partition, None)
+        dropped = [m for tid, m in self.transactions.items() if self._partition_of(tid) == partition]
+        for meta in dropped:
+            meta.markers = None
+            self._forget(meta.transactional_id)
+        log.info("unloaded %s-%d: %d transactional id(s)", TRANSACTION_TOPIC, partition, len(dropped))
+        return True
+
+    @property
+    def owned_partitions(self) -> frozenset[int]:
+        """The ``__transaction_state`` partitions whose transactional ids this node coordinates."""
+        return self.partitions.active
+
+    def coordinator_error(self, transactional_id: str) -> ErrorCode | None:
+        """None when this node coordinates ``transactional_id``, else NOT_COORDINATOR or
+        COORDINATOR_LOAD_IN_PROGRESS."""
+        return self.partitions.error(self._partition_of(transactional_id))
+
+    def _check_served(self, transactional_id: str) -> None:
+        error = self.coordinator_error(transactional_id)
+        if error is not None:
+            raise TxnError(error, f"{transactional_id}: {error.name}")
+
+    async def settle(self, transactional_id: str) -> ErrorCode | None:
+        """Wait until what was logged to ``transactional_id``'s partition is replicated (at once on a
+        single node); None, or the error to answer instead (Kafka's mapping of a failed append)."""
+        partition = self._partition_of(transactional_id)
+        end = self._written.get(partition)
+        if end is None:
+            return None
+        error = await self._host.wait_committed(TRANSACTION_TOPIC, partition, end, WRITE_TIMEOUT_SECONDS)
+        return None if error is None or error is ErrorCode.none else coordinator_write_error(error)
+
+    def shutdown(self) -> None:
+        """Cancel marker sends in flight (cluster mode; there are none on a single node)."""
+        for task in self._tasks:
+            task.cancel()
+        self._tasks.clear()
+
+    def _partition_count(self) -> int:
+        return self._host.transaction_topic_partitions() or self._default_partitions
+
+    def _partition_of(self, transactional_id: str) -> int:
+        return partition_for_transactional_id(transactional_id, self._partition_count())
+
+    def _adopt(self, values: Mapping[str, TxnLogValue | None]) -> int:
+        """Index a loaded partition's transactions; write the markers of those left in PrepareX."""
+        adopted = []
+        for transactional_id, value in values.items():
+            if value is None:
+                continue
+            meta = TransactionMetadata.from_log(transactional_id, value)
+            self._index(meta)
+            adopted.append((meta, value.next_producer_id))
+        for meta, next_producer_id in adopted:
+            if meta.state in PREPARING_STATES:
+                log.info("transaction %s: completing %s after loading", meta.transactional_id, meta.state.name)
+                self._start_markers(meta, meta.state == TxnState.PREPARE_COMMIT, next_producer_id)
+        return len(adopted)
+
+    def _replay(self, partition: int) -> Iterator[tuple[str, TxnLogValue | None]]:
         count = self._host.transaction_topic_partitions()
-        if count is None:
-            return
-        for partition in range(count):
-            txn_log = self._host.transaction_topic_log(partition)
-            for header, data in txn_log.iter_batches():
-                if header.is_control:
-                    continue
-                for record in decode_batch(data.read_bytes(), 0, header, TRANSACTION_TOPIC, partition):
-                    if record.key is None:
-                        continue
-                    try:
-                        tid = decode_txn_key(bytes(record.key))
-                        value = None if record.value is None else decode_txn_value(bytes(record.value))
-                        if value is not None:
-                            TxnState(value.status)  # an unknown status is unreadable
-                    except (TxnRecordError, UnicodeDecodeError, ValueError) as exc:
-                        log.warning("skipping unreadable __transaction_state record: %s", exc)
-                        continue
-                    yield tid, value
+        if count is None or not 0 <= partition < count:
+            return iter(())
+        return replay_partition(self._host.transaction_topic_log(partition), partition)
 
     def _index(self, meta: TransactionMetadata) -> None:
         old = self.transactions.get(meta.transactional_id)
@@ -242,6 +334,7 @@ class TransactionCoordinator:
                 ErrorCode.invalid_transaction_timeout,
                 f"transaction timeout {timeout_ms} ms is not in (0, {MAX_TRANSACTION_TIMEOUT_MS}]",
             )
+        self._check_served(transactional_id)
         now = _now_ms()
         expected = producer_id >= 0 and epoch >= 0
         meta = self.transactions.get(transactional_id)
@@ -299,11 +392,14 @@ class TransactionCoordinator:
         meta.state = TxnState.PREPARE_ABORT
         meta.last_update_ms = _now_ms()
         self._persist_or_restore(meta, before)
-        self._start_markers(meta, False)
+        meta.markers = self._marker_job(meta, False, NO_PRODUCER_ID)
+        self._await_replication(meta, meta.markers)
+        self._attempt_markers(meta, _now_ms())
 
     # ================================================================ adding to a transaction
 
     def _current(self, transactional_id: str, producer_id: int, epoch: int) -> TransactionMetadata:
+        self._check_served(transactional_id)
         meta = self.transactions.get(transactional_id)
         if meta is None or meta.producer_id != producer_id:
             raise TxnError(
@@ -357,6 +453,7 @@ class TransactionCoordinator:
         Kafka verifies the partition with the coordinator; TxnOffsetCommit v5
         (transaction version 2) adds it instead.  Raises :class:`TxnError`.
         """
+        self._check_served(transactional_id)
         meta = self.transactions.get(transactional_id)
         if meta is None or meta.producer_id != producer_id:
             raise TxnError(ErrorCode.invalid_producer_id_mapping)
@@ -426,6 +523,7 @@ class TransactionCoordinator:
         that failed are retried in the background (the transaction stays in
         PrepareX), as Kafka answers before its markers are written.
         """
+        self._check_served(transactional_id)
         meta = self.transactions.get(transactional_id)
         if bump_epoch:
             return self._end_v2(transactional_id, meta, producer_id, epoch, commit)
@@ -514,6 +612,7 @@ class TransactionCoordinator:
         except TxnError:
             meta.markers = None
             raise
+        self._await_replication(meta, meta.markers)
         self._attempt_markers(meta, _now_ms())
 
     # ================================================================ markers
@@ -525,21 +624,61 @@ class TransactionCoordinator:
         meta.markers = self._marker_job(meta, commit, next_producer_id)
         self._attempt_markers(meta, _now_ms())
 
-    @staticmethod
-    def _marker_job(meta: TransactionMetadata, commit: bool, next_producer_id: int) -> MarkerJob:
+    def _marker_job(self, meta: TransactionMetadata, commit: bool, next_producer_id: int) -> MarkerJob:
+        epoch = max(self.partitions.epoch(self._partition_of(meta.transactional_id)), 0)
         return MarkerJob(
-            commit, meta.producer_id, meta.producer_epoch, set(meta.partitions), next_producer_id
+            commit, meta.producer_id, meta.producer_epoch, set(meta.partitions), next_producer_id, coordinator_epoch=epoch
         )
+
+    def _await_replication(self, meta: TransactionMetadata, job: MarkerJob | None) -> None:
+        """Cluster mode: the markers wait until the PrepareX just logged is replicated (Kafka sends
+        them from the append's completion), so a new coordinator never finds them without it."""
+        if job is not None and self.remote_markers is not None:
+            job.prepare_end = self._written.get(self._partition_of(meta.transactional_id))
 
     def _attempt_markers(self, meta: TransactionMetadata, now: int) -> None:
         job = meta.markers
         assert job is not None
-        marker = build_control_batch(job.producer_id, job.epoch, job.commit, COORDINATOR_EPOCH, now)
-        for topic, partition in sorted(job.remaining):
-            if self._write_marker(topic, partition, marker, job.producer_id, job.commit):
-                job.remaining.discard((topic, partition))
-        if not job.remaining and self._complete(meta, job):
-            meta.markers = None
+        if job.prepare_end is not None:
+            if not job.awaiting_prepare:
+                job.awaiting_prepare = True
+                self._spawn(self._prepare_replicated(meta, job))
+            return
+        spec = MarkerSpec(job.producer_id, job.epoch, job.commit, job.coordinator_epoch)
+        local, gone, remote = group_by_leader(sorted(job.remaining - job.in_flight), self.routing)
+        if self.remote_markers is None:  # a single node: every marker is appended here
+            local += [tp for partitions in remote.values() for tp in partitions]
+            remote = {}
+        for topic, partition in gone:
+            # Kafka skips partitions without a leader: they were deleted.
+            log.warning("transaction marker for %s-%d skipped: the partition no longer exists", topic, partition)
+            job.remaining.discard((topic, partition))
+        for topic, partition in local:
+            error, _ = self.local_markers.append(topic, partition, spec, now)
+            self._marker_answered(meta, job, (topic, partition), error)
+        for leader, partitions in remote.items():
+            job.in_flight.update(partitions)
+            self._spawn(self._send_markers(meta, job, leader, spec, partitions))
+        self._after_markers(meta, job, now)
+
+    def _marker_answered(
+        self, meta: TransactionMetadata, job: MarkerJob, tp: tuple[str, int], error: ErrorCode
+    ) -> None:
+        outcome = marker_outcome(error, self.routing.partition_registration(*tp) is not None)
+        if outcome is MarkerOutcome.RETRY:
+            return
+        if outcome is MarkerOutcome.DROPPED:
+            log.warning("transaction %s: marker for %s-%d not needed (%s)", meta.transactional_id, *tp, error.name)
+        job.remaining.discard(tp)
+
+    def _after_markers(self, meta: TransactionMetadata, job: MarkerJob, now: int) -> None:
+        """Complete the transaction once every marker is written, else schedule a retry (unless
+        only answers from other leaders are awaited)."""
+        if not job.remaining:
+            if self._complete(meta, job):
+                meta.markers = None
+                return
+        elif job.remaining <= job.in_flight:
             return
         job.next_attempt_ms = now + job.backoff_ms
         log.warning(
@@ -550,6 +689,47 @@ class TransactionCoordinator:
             job.backoff_ms,
         )
         job.backoff_ms = min(job.backoff_ms * 2, MARKER_RETRY_MAX_MS)
+
+    def _current_job(self, meta: TransactionMetadata, job: MarkerJob) -> bool:
+        """Whether ``job`` is still ``meta``'s, and ``meta`` still served here (no unload since)."""
+        return self.transactions.get(meta.transactional_id) is meta and meta.markers is job
+
+    async def _prepare_replicated(self, meta: TransactionMetadata, job: MarkerJob) -> None:
+        assert job.prepare_end is not None
+        partition = self._partition_of(meta.transactional_id)
+        error = await self._host.wait_committed(TRANSACTION_TOPIC, partition, job.prepare_end, WRITE_TIMEOUT_SECONDS)
+        job.awaiting_prepare = False
+        if not self._current_job(meta, job):
+            return
+        if error is None or error is ErrorCode.none:
+            job.prepare_end = None
+            self._attempt_markers(meta, _now_ms())
+            return
+        log.warning("transaction %s: PrepareX not replicated (%s)", meta.transactional_id, error.name)
+        self._after_markers(meta, job, _now_ms())
+
+    async def _send_markers(
+        self, meta: TransactionMetadata, job: MarkerJob, leader: int, spec: MarkerSpec, partitions: list[tuple[str, int]]
+    ) -> None:
+        assert self.remote_markers is not None
+        try:
+            answers = await self.remote_markers.send(leader, spec, partitions)
+        finally:
+            job.in_flight.difference_update(partitions)
+        for tp, error in answers.items():
+            self._marker_answered(meta, job, tp, error)
+        if self._current_job(meta, job):
+            self._after_markers(meta, job, _now_ms())
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("transaction markers task failed", exc_info=task.exception())
 
     def _complete(self, meta: TransactionMetadata, job: MarkerJob) -> bool:
         """Log CompleteX (rolling the producer id over after a TV2 epoch overflow); False if logging failed."""
@@ -574,30 +754,6 @@ class TransactionCoordinator:
             if meta.markers.next_attempt_ms <= now:
                 self._attempt_markers(meta, now)
         return sum(1 for m in waiting if m.markers is not None)
-
-    def _write_marker(
-        self, topic: str, partition: int, marker: bytes, producer_id: int, commit: bool
-    ) -> bool:
-        """Append one marker; False when it must be retried."""
-        partition_log = self._host.partition_log(topic, partition)
-        if partition_log is None:
-            # Kafka skips partitions without a leader: they were deleted.
-            log.warning(
-                "transaction marker for %s-%d skipped: the partition no longer exists", topic, partition
-            )
-            return True
-        producer_state = self._producer_states.for_log(partition_log)
-        try:
-            result = partition_log.append(marker)
-        except LogError as exc:
-            log.error("writing a transaction marker to %s-%d failed: %s", topic, partition, exc)
-            return False
-        producer_state.record(result.batches)
-        producer_state.complete_transaction(producer_id, result.base_offset, commit)
-        self._host.notify_append(topic, partition)
-        if topic == OFFSETS_TOPIC:
-            self._groups.complete_transactional_offsets(producer_id, commit, partition)
-        return True
 
     # ================================================================ timeouts
 
@@ -650,19 +806,19 @@ class TransactionCoordinator:
             raise
 
     def _persist(self, meta: TransactionMetadata) -> None:
-        count = self._host.transaction_topic_partitions() or self._default_partitions
-        partition = partition_for_transactional_id(meta.transactional_id, count)
+        partition = self._partition_of(meta.transactional_id)
         txn_log = self._host.transaction_topic_log(partition)
         now = _now_ms()
         value = encode_txn_value(meta.to_log(), self._log_value_version)
         record = (encode_txn_key(meta.transactional_id), value, now, ())
         try:
-            txn_log.append(encode_batch([record]))
+            result = txn_log.append(encode_batch([record]))
         except LogError as exc:
             log.error(
                 "transaction %s: appending to %s failed: %s", meta.transactional_id, TRANSACTION_TOPIC, exc
             )
             raise TxnError(ErrorCode.coordinator_not_available, str(exc)) from None
+        self._written[partition] = result.last_offset + 1
         self._host.notify_append(TRANSACTION_TOPIC, partition)
 
 

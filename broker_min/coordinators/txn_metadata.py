@@ -83,7 +83,12 @@ class ImplicitAdd(enum.Enum):
 
 @dataclass(slots=True)
 class MarkerJob:
-    """Markers still to write for a transaction in PrepareX (retried until written)."""
+    """Markers still to write for a transaction in PrepareX (retried until written).
+
+    ``in_flight``: partitions whose WriteTxnMarkers to another leader awaits its answer.
+    ``prepare_end``: in cluster mode, the ``__transaction_state`` offset the PrepareX record
+    must be replicated up to before any marker goes out (None: it is).
+    """
 
     commit: bool
     producer_id: int
@@ -92,6 +97,10 @@ class MarkerJob:
     next_producer_id: int = NO_PRODUCER_ID  # TV2 epoch overflow: the id the producer gets afterwards
     backoff_ms: int = MARKER_RETRY_INITIAL_MS
     next_attempt_ms: int = 0
+    coordinator_epoch: int = COORDINATOR_EPOCH
+    in_flight: set[tuple[str, int]] = field(default_factory=set)
+    prepare_end: int | None = None
+    awaiting_prepare: bool = False
 
 
 @dataclass(slots=True)
@@ -128,6 +137,22 @@ class TransactionMetadata:
             self.start_ms, self.last_update_ms, self.last_producer_epoch, self.previous_producer_id,
             self.client_transaction_version,
         ) = snapshot  # type: ignore[assignment]  # fmt: skip
+
+    @classmethod
+    def from_log(cls, transactional_id: str, value: TxnLogValue) -> TransactionMetadata:
+        """The state a logged value describes (its marker job, if any, is the coordinator's to start)."""
+        return cls(
+            transactional_id,
+            value.producer_id,
+            value.producer_epoch,
+            value.timeout_ms,
+            TxnState(value.status),
+            set(value.partitions),
+            value.start_ms,
+            value.last_update_ms,
+            previous_producer_id=value.previous_producer_id,
+            client_transaction_version=value.client_transaction_version,
+        )
 
     def to_log(self) -> TxnLogValue:
         """The logged form."""

@@ -17,11 +17,21 @@ Kafka's ``TransactionState`` ids.
 
 from __future__ import annotations
 
+import logging
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kafkakit.broker.coordinators.group_records import java_string_hash
+from kafkakit.records import decode_batch
+
+if TYPE_CHECKING:
+    from kafkakit.broker.log import PartitionLog
+
+_log = logging.getLogger("kafkakit.broker")
+#: Kafka's TransactionState ids a logged value may carry (Empty .. PrepareEpochFence).
+_KNOWN_STATUSES = range(8)
 
 KEY_VERSION = 0
 VALUE_VERSION = 0
@@ -233,3 +243,23 @@ def partition_for_transactional_id(transactional_id: str, num_partitions: int) -
 def partition_pairs(partitions: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
     """Sorted, de-duplicated (topic, partition) pairs."""
     return tuple(sorted(set(partitions)))
+
+
+def replay_partition(txn_log: PartitionLog, partition: int) -> Iterator[tuple[str, TxnLogValue | None]]:
+    """(transactional id, value or None for a tombstone) of every readable record of one
+    ``__transaction_state`` partition, in log order; unreadable ones are logged and skipped."""
+    for header, data in txn_log.iter_batches():
+        if header.is_control:
+            continue
+        for record in decode_batch(data.read_bytes(), 0, header, txn_log.topic, partition):
+            if record.key is None:
+                continue
+            try:
+                tid = decode_txn_key(bytes(record.key))
+                value = None if record.value is None else decode_txn_value(bytes(record.value))
+                if value is not None and value.status not in _KNOWN_STATUSES:
+                    raise TxnRecordError(f"unknown transaction status {value.status}")
+            except (TxnRecordError, UnicodeDecodeError, ValueError) as exc:
+                _log.warning("skipping unreadable __transaction_state record: %s", exc)
+                continue
+            yield tid, value

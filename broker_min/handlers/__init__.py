@@ -29,6 +29,7 @@ from kafkakit.broker.handlers import (
     scram,
     topics,
     txn,
+    txn_markers,
 )
 from kafkakit.broker.handlers.base import ApiHandler
 from kafkakit.protocol import RequestHeaderInfo, response_class
@@ -49,6 +50,7 @@ _MODULES = (
     groups,
     offsets,
     txn,
+    txn_markers,
     sasl,
     acls,
     scram,

@@ -12,6 +12,12 @@ transaction itself, v4 answers TRANSACTION_ABORTABLE where older versions get
 INVALID_TXN_STATE.  AddPartitionsToTxn v4+ (the broker-to-broker batch form)
 is not served.  DescribeProducers (61) v0, DescribeTransactions (65) v0 and
 ListTransactions (66) v0-1 serve the admin tools.
+
+A transactional id whose ``__transaction_state`` partition this node does not
+lead gets NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while it loads;
+ListTransactions answers that as a whole), and a request that logged a state
+change is answered once the record is replicated (:func:`txn_settled`;
+immediately on a single node).
 """
 
 from __future__ import annotations
@@ -47,6 +53,14 @@ FIRST_IMPLICIT_TXN_OFFSET_COMMIT_VERSION = 5
 NO_LEADER_EPOCH = -1
 NO_PRODUCER_ID = -1
 NO_EPOCH = -1
+
+
+async def txn_settled(state: BrokerState, transactional_id: str, error: ErrorCode) -> ErrorCode:
+    """``error``, or, when it is NONE, whatever making the coordinator's writes to the id's
+    ``__transaction_state`` partition durable failed with (Kafka's mapping)."""
+    if error is not ErrorCode.none:
+        return error
+    return await state.transactions.settle(transactional_id) or ErrorCode.none
 
 
 def fenced_for_version(
@@ -87,7 +101,7 @@ async def handle_add_partitions(state: BrokerState, header: RequestHeaderInfo, r
                 request.v3_and_below_producer_epoch,
                 wanted,
             )
-            code = ErrorCode.none
+            code = await txn_settled(state, request.v3_and_below_transactional_id, ErrorCode.none)
         except TxnError as exc:
             code = fenced_for_version(exc.code, header.api_version)
         codes = dict.fromkeys(wanted, code)
@@ -116,7 +130,7 @@ async def handle_add_offsets(state: BrokerState, header: RequestHeaderInfo, requ
         state.transactions.add_offsets(
             request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
         )
-        code = ErrorCode.none
+        code = await txn_settled(state, request.transactional_id, ErrorCode.none)
     except TxnError as exc:
         code = fenced_for_version(exc.code, header.api_version)
     return make(cls, throttle_time=NO_THROTTLE, error_code=code)
@@ -133,7 +147,9 @@ async def handle_end_txn(state: BrokerState, header: RequestHeaderInfo, request:
         producer_id, epoch = state.transactions.end_transaction(
             request.transactional_id, request.producer_id, request.producer_epoch, request.committed, bump
         )
-        code = ErrorCode.none
+        code = await txn_settled(state, request.transactional_id, ErrorCode.none)
+        if code is not ErrorCode.none:
+            producer_id, epoch = NO_PRODUCER_ID, NO_EPOCH
     except TxnError as exc:
         code = fenced_for_version(exc.code, header.api_version)
         producer_id, epoch = NO_PRODUCER_ID, NO_EPOCH
@@ -154,7 +170,9 @@ async def handle_txn_offset_commit(state: BrokerState, header: RequestHeaderInfo
     known = [t for t in request.topics if state.topics.get(t.name) is not None and t.name in readable]
     codes = _txn_commit(state, header.api_version, request, known) if refused is None else []
     if ErrorCode.none in codes:
-        durable = await settled(state, request.group_id, ErrorCode.none)
+        # TV2 may have added the offsets partition to the transaction: both logs must be durable.
+        durable = await txn_settled(state, request.transactional_id, ErrorCode.none)
+        durable = await settled(state, request.group_id, durable)
         codes = [durable if code is ErrorCode.none else code for code in codes]
     errors = iter(codes)
     topics = []
@@ -283,6 +301,10 @@ async def handle_list_transactions(state: BrokerState, header: RequestHeaderInfo
     cls = response_class(LIST_TRANSACTIONS, header.api_version)
     entry_cls = nested(cls, "TransactionState")
     unknown = tuple(s for s in request.state_filters if s not in KNOWN_STATE_NAMES)
+    if state.transactions.partitions.loading:
+        # Kafka answers so while one of its partitions loads.
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.coordinator_load_in_progress,
+                    unknown_state_filters=(), transaction_states=())  # fmt: skip
     found = state.transactions.list_transactions(
         request.state_filters, request.producer_id_filters, getattr(request, "duration_filter", -1)
     )
@@ -314,13 +336,14 @@ async def handle_describe_transactions(state: BrokerState, header: RequestHeader
     entries = []
     for tid in request.transactional_ids:
         described = state.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid)
-        meta = state.transactions.transactions.get(tid) if described else None
+        not_served = state.transactions.coordinator_error(tid) if described else None
+        meta = state.transactions.transactions.get(tid) if described and not_served is None else None
         if meta is None:
             entries.append(
                 make(
                     entry_cls,
-                    error_code=ErrorCode.transactional_id_not_found if described
-                    else ErrorCode.transactional_id_authorization_failed,
+                    error_code=not_served or (ErrorCode.transactional_id_not_found if described
+                                              else ErrorCode.transactional_id_authorization_failed),
                     transactional_id=tid,
                     transaction_state="",
                     transaction_timeout=datetime.timedelta(0),
