@@ -247,6 +247,43 @@ async def test_group_writes_that_do_not_replicate_are_answered_with_kafkas_coord
     assert await commit(client, group, {(TOPIC, 0): (6, None)}) == {(TOPIC, 0): ErrorCode.none}
 
 
+class HeldReplication:
+    """A replica manager under which internal-topic writes reach the ISR only when released."""
+
+    def __init__(self) -> None:
+        self.released = asyncio.Event()
+        self.waiting = 0
+
+    def is_leader(self, topic: str, partition: int) -> bool:
+        return True
+
+    async def wait_committed(self, topic: str, partition: int, end_offset: int, timeout: float) -> ErrorCode | None:
+        if topic.startswith("__"):
+            self.waiting += 1
+            await self.released.wait()
+        return None
+
+
+async def test_a_commit_whose_partition_is_unloaded_before_it_replicates_is_not_coordinator(
+    broker: Broker, client: RawClient
+) -> None:
+    group = groups_by_partition()[2]
+    held = HeldReplication()
+    broker.state.replicas = held
+    try:
+        committing = asyncio.create_task(commit(client, group, {(TOPIC, 0): (3, None)}))
+        for _ in range(200):
+            if held.waiting:
+                break
+            await asyncio.sleep(0.005)
+        assert held.waiting == 1 and not committing.done()
+        broker.state.groups.unload_partition(2)
+        held.released.set()
+        assert await committing == {(TOPIC, 0): ErrorCode.not_coordinator}
+    finally:
+        broker.state.replicas = None
+
+
 # ====================================================================== transactions
 
 MS = datetime.timedelta(milliseconds=1)

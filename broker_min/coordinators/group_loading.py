@@ -75,6 +75,7 @@ class GroupLoader:
         token = self.partitions.begin_load(partition, epoch)
         if token is None:
             return False
+        self._store.forget_writes(partition)  # appends from an earlier leadership are not ours to wait for
         loaded = GroupTables()
         partition_for = self._store.partition_for
 
@@ -105,7 +106,6 @@ class GroupLoader:
         or later (None always unloads); whether it was unloaded."""
         if not self.partitions.unload(partition, epoch):
             return False
-        self._store.forget_writes(partition)
         removed = take_partition(self._tables, partition, self._store.partition_for)
         self._on_unloaded(removed)
         log.info("unloaded %s-%d: %d group(s)", OFFSETS_TOPIC, partition, len(removed.groups))
@@ -114,8 +114,12 @@ class GroupLoader:
     async def settle(self, group_id: str) -> ErrorCode | None:
         """Wait until what was written to ``group_id``'s partition is replicated; None, or the error
         to answer instead."""
-        error = await self._store.wait_written(self._store.partition_for(group_id), WRITE_TIMEOUT_SECONDS)
-        return None if error is None or error is ErrorCode.none else coordinator_write_error(error)
+        partition = self._store.partition_for(group_id)
+        error = await self._store.wait_written(partition, WRITE_TIMEOUT_SECONDS)
+        if error is not None and error is not ErrorCode.none:
+            return coordinator_write_error(error)
+        # Unloaded meanwhile (this node resigned): the write may not survive, as in Kafka.
+        return self.partitions.error(partition)
 
 
 def replay(

@@ -130,7 +130,8 @@ class OffsetsTopic:
         return await self._host.wait_committed(OFFSETS_TOPIC, partition, end, timeout)
 
     def forget_writes(self, partition: int) -> None:
-        """The partition was unloaded: its appends are no longer this coordinator's to wait for."""
+        """The partition is being loaded anew: earlier appends (another leadership, maybe truncated
+        since) are not this coordinator's to wait for."""
         self._written.pop(partition, None)
 
     def append(self, group_id: str, records: Sequence[CoordinatorRecord]) -> int:

@@ -198,6 +198,7 @@ class TransactionCoordinator:
         token = self.partitions.begin_load(partition, epoch)
         if token is None:
             return False
+        self._written.pop(partition, None)  # appends from an earlier leadership are not ours to wait for
         values: dict[str, TxnLogValue | None] = {}
 
         def apply(item: tuple[str, TxnLogValue | None]) -> None:
@@ -223,7 +224,6 @@ class TransactionCoordinator:
         Ignored (False) when loaded at ``epoch`` or later; None always unloads."""
         if not self.partitions.unload(partition, epoch):
             return False
-        self._written.pop(partition, None)
         dropped = [m for tid, m in self.transactions.items() if self._partition_of(tid) == partition]
         for meta in dropped:
             meta.markers = None
@@ -254,7 +254,10 @@ class TransactionCoordinator:
         if end is None:
             return None
         error = await self._host.wait_committed(TRANSACTION_TOPIC, partition, end, WRITE_TIMEOUT_SECONDS)
-        return None if error is None or error is ErrorCode.none else coordinator_write_error(error)
+        if error is not None and error is not ErrorCode.none:
+            return coordinator_write_error(error)
+        # Unloaded meanwhile (this node resigned): the write may not survive, as in Kafka.
+        return self.partitions.error(partition)
 
     def shutdown(self) -> None:
         """Cancel marker sends in flight (cluster mode; there are none on a single node)."""
