@@ -13,7 +13,9 @@
   controlled shutdown) and :class:`~kafkakit.broker.controller.ControllerChannel` (forwarded
   admin requests, AlterPartition, producer id blocks);
 - the :class:`~kafkakit.broker.replication.ReplicaManager`, which leads and follows partitions
-  as the image says.
+  as the image says, and the group and transaction coordinators, which load the
+  ``__consumer_offsets`` / ``__transaction_state`` partitions this node leads
+  (:mod:`kafkakit.broker.cluster_coordinators`).
 
 Start-up does not wait for the quorum: a node alone cannot elect a leader, so
 :meth:`ClusterRuntime.start` returns at once and the node answers clients as soon as its image
@@ -28,6 +30,7 @@ import dataclasses
 import logging
 from pathlib import Path
 
+from kafkakit.broker.cluster_coordinators import CoordinatorLeadership
 from kafkakit.broker.config import BrokerConfig
 from kafkakit.broker.controller import (
     BrokerLifecycle,
@@ -99,6 +102,7 @@ class ClusterRuntime:
         self.lifecycle: BrokerLifecycle | None = None
         self.replicas: ReplicaManager | None = None
         self.producer_id_blocks: ControllerIdBlocks | None = None
+        self.coordinators: CoordinatorLeadership | None = None
         self._started = False
 
     async def start(self) -> None:
@@ -133,8 +137,13 @@ class ClusterRuntime:
         state.controller_channel = self.channel
         state.producer_ids.use_block_source(self.producer_id_blocks)
         state.active_controller = lambda: self.raft.leader_and_epoch().leader_id
+        self.coordinators = CoordinatorLeadership(state, self.config, self.channel, inter_broker.upper())
+        state.internal_topic_requester = self.coordinators.request_internal_topic
+        self.coordinators.start()
         self.loader.add_publisher(self._follow_image)
         self.loader.add_publisher(self.replicas.on_metadata)
+        # After the replica manager: a coordinator loads a partition whose log is open and led.
+        self.loader.add_publisher(self.coordinators.on_metadata)
         await self.endpoint.start()
         self.loader.start()
         self.controller.start()
@@ -182,6 +191,8 @@ class ClusterRuntime:
         if graceful:
             await self._controlled_shutdown()
         await self.producer_id_blocks.stop()
+        if self.coordinators is not None:
+            await self.coordinators.stop()
         await self.lifecycle.stop()
         await self.replicas.stop()
         await self.controller.stop()

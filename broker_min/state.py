@@ -203,6 +203,11 @@ class BrokerState:
         #: Cluster mode: sends a request to the active controller (CreateTopics and friends are
         #: forwarded, as Kafka's brokers do); None on a single node.
         self.controller_channel: ControllerForwarder | None = None
+        #: Cluster mode: requests to other brokers' inter-broker listeners (transaction markers,
+        #: transaction verification); None on a single node.
+        self.inter_broker: BrokerChannel | None = None
+        #: Cluster mode: creates ``__consumer_offsets`` / ``__transaction_state`` through the controller.
+        self.internal_topic_requester: Callable[[str], None] | None = None
         #: Cluster mode: the active controller's node id, or None while the quorum has no leader.
         self.active_controller: Callable[[], int | None] = lambda: self.node_id
         self._append_waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = {}
@@ -276,6 +281,12 @@ class BrokerState:
             return None
         endpoint = broker.endpoint(current_session().listener)
         return None if endpoint is None else (endpoint.host, endpoint.port)
+
+    def request_internal_topic(self, topic: str) -> None:
+        """Cluster mode: have the controller create an internal topic (FindCoordinator asks for it
+        and answers COORDINATOR_NOT_AVAILABLE meanwhile); nothing on a single node."""
+        if self.internal_topic_requester is not None:
+            self.internal_topic_requester(topic)
 
     async def wait_for_topics(self, names: Iterable[str], timeout: float) -> bool:
         """Cluster mode: wait until this node's image has every topic in ``names`` (a topic the
@@ -515,6 +526,12 @@ class ControllerForwarder(Protocol):
     """The broker's channel to the active controller (kafkakit.broker.controller.channel)."""
 
     async def send(self, request: Any, timeout: float) -> Any: ...
+
+
+class BrokerChannel(Protocol):
+    """Requests to another broker by node id (kafkakit.broker.coordinators.markers.NodeChannel)."""
+
+    async def send(self, node_id: int, request: Any, timeout: float) -> Any: ...
 
 
 class ReplicaManagerHook(Protocol):

@@ -181,10 +181,10 @@ def test_transaction_log_records_round_trip() -> None:
 def test_advertised_ranges() -> None:
     keys = (22, 24, 25, 26, 28, 61, 65, 66)
     ranges = {k: (HANDLERS[k].min_version, HANDLERS[k].max_version) for k in keys}
-    # As Apache Kafka 4.x, except AddPartitionsToTxn v4-5 (the broker-to-broker batch form).
+    # As Apache Kafka 4.x (AddPartitionsToTxn v4-5 is the broker-to-broker batch form).
     assert ranges == {
         22: (0, 5),
-        24: (0, 3),
+        24: (0, 5),
         25: (0, 4),
         26: (0, 5),
         28: (0, 5),

@@ -213,3 +213,58 @@ async def test_killing_the_active_controller_elects_another_with_the_metadata_in
         await cluster.start_node(controller)
         assert await cluster.live_brokers(controller) == {1, 2, 3}
         assert sorted(await _describe(cluster.address(controller), other)) == [0]
+
+
+async def test_a_consumer_group_commits_on_the_replicated_offsets_topic(cluster: LocalCluster) -> None:
+    topic = new_topic_name("group")
+    group = new_topic_name("g")
+    async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+        await admin.create_topics([NewTopic(topic, 3, 3)])
+    async with Producer(bootstrap_servers=cluster.bootstrap_servers, acks="all") as producer:
+        for i in range(90):
+            await producer.send(topic, f"m{i}".encode(), partition=i % 3)
+    seen: list[bytes] = []
+    async with Consumer(
+        topic, bootstrap_servers=cluster.bootstrap_servers, group_id=group, auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    ) as consumer:  # fmt: skip
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while len(seen) < 90 and loop.time() < deadline:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                seen.extend(r.value for r in records if r.value is not None)
+        await consumer.commit()
+    assert sorted(seen) == sorted(f"m{i}".encode() for i in range(90))
+    async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+        offsets = await admin.list_consumer_group_offsets(group)
+    assert {tp.partition: meta.offset for tp, meta in offsets.items()} == {0: 30, 1: 30, 2: 30}
+    described = await _describe(cluster.bootstrap_servers, "__consumer_offsets")
+    assert all(sorted(replicas) == [1, 2, 3] for _, replicas, _ in described.values())
+
+
+async def test_transactions_commit_and_abort_across_leaders(cluster: LocalCluster) -> None:
+    topic = new_topic_name("txn")
+    async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+        await admin.create_topics([NewTopic(topic, 3, 3)])
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap_servers, transactional_id=new_topic_name("tid")
+    ) as producer:
+        await producer.init_transactions()
+        async with producer.transaction():
+            for i in range(9):
+                await producer.send(topic, f"kept{i}".encode(), partition=i % 3)
+        producer.begin_transaction()
+        for i in range(9):
+            await producer.send(topic, f"dropped{i}".encode(), partition=i % 3)
+        await producer.abort_transaction()
+    values: list[bytes] = []
+    async with Consumer(
+        bootstrap_servers=cluster.bootstrap_servers, auto_offset_reset="earliest", isolation_level="read_committed"
+    ) as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in range(3)])
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while len(values) < 9 and loop.time() < deadline:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                values.extend(r.value for r in records if r.value is not None)
+    assert sorted(values) == sorted(f"kept{i}".encode() for i in range(9))

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.coordinators.transactions import ImplicitAdd
+from kafkakit.broker.handlers import txn_verification
 from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, CloseConnection, RawResponse, make, nested
 from kafkakit.broker.log import (
     AppendResult,
@@ -73,14 +74,32 @@ async def handle_produce(state: BrokerState, header: RequestHeaderInfo, request:
     """Append each partition's records; answer per partition (nothing at all for acks=0)."""
     if isinstance(request, LegacyProduceRequest):
         return _legacy_unsupported(header.api_version, request)
+    implicit = _implicit_add(header.api_version)
+    refusal = _transactional_refusal(state, request.transactional_id)
+    if refusal is None and txn_verification.remote_coordinator(state, request.transactional_id):
+        producer = txn_verification.first_producer(request)
+        if producer is not None:
+            async with txn_verification.producer_lock(producer[0]):
+                verdicts = await txn_verification.verify(state, request, implicit)
+                return await _produce(state, header, request, implicit, refusal, verdicts)
+    return await _produce(state, header, request, implicit, refusal, None)
+
+
+async def _produce(
+    state: BrokerState,
+    header: RequestHeaderInfo,
+    request: Any,
+    implicit: ImplicitAdd,
+    refusal: ErrorCode | None,
+    verdicts: txn_verification.Verdicts | None,
+) -> Any:
+    """Append every partition (no await before the last append), then answer."""
     acks = request.acks
     cls = response_class(API_KEY, header.api_version)
     topic_cls = nested(cls, "TopicProduceResponse")
     partition_cls = nested(cls, "PartitionProduceResponse")
     failures: list[str] = []
     answers: list[tuple[str, list[tuple[int, dict[str, Any]]]]] = []
-    implicit = _implicit_add(header.api_version)
-    refusal = _transactional_refusal(state, request.transactional_id)
     cluster = cluster_hook(state)
     committing: list[tuple[str, int, int, dict[str, Any]]] = []  # cluster mode, acks=all
     for topic in request.topic_data:
@@ -94,7 +113,7 @@ async def handle_produce(state: BrokerState, header: RequestHeaderInfo, request:
             elif cluster is not None and (refused := cluster.check_produce(topic.name, data.index, acks)) is not None:
                 fields = {"error_code": refused}
             else:
-                fields = _append(state, topic.name, data.index, data.records, implicit)
+                fields = _append(state, topic.name, data.index, data.records, implicit, verdicts)
             end_offset = fields.pop(_END_OFFSET, None)
             if cluster is not None and end_offset is not None:
                 cluster.on_leader_append(topic.name, data.index)
@@ -151,7 +170,12 @@ def _implicit_add(version: int) -> ImplicitAdd:
 
 
 def _append(
-    state: BrokerState, topic: str, partition: int, records: bytes | None, implicit: ImplicitAdd
+    state: BrokerState,
+    topic: str,
+    partition: int,
+    records: bytes | None,
+    implicit: ImplicitAdd,
+    verdicts: txn_verification.Verdicts | None = None,
 ) -> dict[str, Any]:
     log = state.partition_log(topic, partition)
     if log is None:
@@ -166,7 +190,7 @@ def _append(
     # Byte 43 starts the first batch's producer id: a set bit 7 means -1, a
     # non-idempotent batch, which skips producer state entirely.
     if len(records) > _PRODUCER_ID_AT and records[_PRODUCER_ID_AT] < 0x80:
-        return _append_idempotent(state, log, records, implicit)
+        return _append_idempotent(state, log, records, implicit, verdicts)
     try:
         result = log.append(records)
     except LogError as exc:
@@ -181,12 +205,16 @@ def _append(
 
 
 def _append_idempotent(
-    state: BrokerState, log: PartitionLog, records: bytes, implicit: ImplicitAdd
+    state: BrokerState,
+    log: PartitionLog,
+    records: bytes,
+    implicit: ImplicitAdd,
+    verdicts: txn_verification.Verdicts | None = None,
 ) -> dict[str, Any]:
     """Append with producer epoch/sequence checks; a duplicate gets its original offsets."""
     producer_state = state.producer_states.for_log(log)
     headers = _batch_headers(records)
-    refused = _transaction_problem(state, log, headers, implicit)
+    refused = _transaction_problem(state, log, headers, implicit, verdicts)
     if refused is not None:
         return refused
     try:
@@ -211,9 +239,17 @@ def _append_idempotent(
 
 
 def _transaction_problem(
-    state: BrokerState, log: PartitionLog, headers: list[BatchHeader], implicit: ImplicitAdd
+    state: BrokerState,
+    log: PartitionLog,
+    headers: list[BatchHeader],
+    implicit: ImplicitAdd,
+    verdicts: txn_verification.Verdicts | None = None,
 ) -> dict[str, Any] | None:
-    """Refuse control batches from clients and transactional batches outside an ongoing transaction."""
+    """Refuse control batches from clients and transactional batches outside an ongoing transaction.
+
+    ``verdicts`` (cluster mode, another node coordinates the transaction) holds the coordinator's
+    answers for the partitions it had to confirm; a partition not in it already holds the
+    producer's open transaction."""
     for header in headers:
         if header.is_control:
             return {
@@ -221,9 +257,14 @@ def _transaction_problem(
                 "error_message": "clients cannot produce control batches",
             }
         if header.is_transactional:
-            code = state.transactions.check_produce(
-                header.producer_id, header.producer_epoch, log.topic, log.partition, implicit
-            )
+            code: ErrorCode | None
+            if verdicts is not None:
+                verdict = verdicts.get((log.topic, log.partition), ErrorCode.none)
+                code = None if verdict is ErrorCode.none else verdict
+            else:
+                code = state.transactions.check_produce(
+                    header.producer_id, header.producer_epoch, log.topic, log.partition, implicit
+                )
             if code is not None:
                 return {
                     "error_code": code,

@@ -1,4 +1,4 @@
-"""Transaction APIs: AddPartitionsToTxn (24) v0-3, AddOffsetsToTxn (25) v0-4, EndTxn (26) v0-5 and
+"""Transaction APIs: AddPartitionsToTxn (24) v0-5, AddOffsetsToTxn (25) v0-4, EndTxn (26) v0-5 and
 TxnOffsetCommit (28) v0-5.
 
 The work is the transaction coordinator's
@@ -9,8 +9,10 @@ Kafka's KafkaApis maps it.  Transaction version 2 (KIP-890) goes by request
 version, as in Kafka: EndTxn v5 bumps the epoch and answers the new producer id
 and epoch; TxnOffsetCommit v5 adds the group's offsets partition to the
 transaction itself, v4 answers TRANSACTION_ABORTABLE where older versions get
-INVALID_TXN_STATE.  AddPartitionsToTxn v4+ (the broker-to-broker batch form)
-is not served.  DescribeProducers (61) v0, DescribeTransactions (65) v0 and
+INVALID_TXN_STATE.  AddPartitionsToTxn v4+ is the broker-to-broker batch form a
+partition leader sends when another node coordinates the producer's transaction
+(:mod:`kafkakit.broker.handlers.txn_verification`): verify only, or add (transaction
+version 2).  DescribeProducers (61) v0, DescribeTransactions (65) v0 and
 ListTransactions (66) v0-1 serve the admin tools.
 
 A transactional id whose ``__transaction_state`` partition this node does not
@@ -47,6 +49,7 @@ DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
 FIRST_FENCED_VERSION = 2
+FIRST_BROKER_VERSION = 4  # AddPartitionsToTxn v4+: the broker-to-broker batch form (KIP-890)
 FIRST_EPOCH_BUMP_END_TXN_VERSION = 5  # transaction version 2
 FIRST_ABORTABLE_TXN_OFFSET_COMMIT_VERSION = 4
 FIRST_IMPLICIT_TXN_OFFSET_COMMIT_VERSION = 5
@@ -77,8 +80,11 @@ async def handle_add_partitions(state: BrokerState, header: RequestHeaderInfo, r
     cls = response_class(ADD_PARTITIONS_TO_TXN, header.api_version)
     topic_cls = nested(cls, "AddPartitionsToTxnTopicResult")
     partition_cls = nested(cls, "AddPartitionsToTxnPartitionResult")
+    if header.api_version >= FIRST_BROKER_VERSION:
+        return await _add_partitions_for_brokers(state, cls, request)
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-    unknown = {tp for tp in wanted if state.partition_log(*tp) is None}
+    # Known to the cluster, not necessarily hosted here (the coordinator need not be a replica).
+    unknown = {tp for tp in wanted if state.partition_registration(*tp) is None}
     unwritable = {t.name for t in request.v3_and_below_topics if not _may_write_topic(state, t.name)}
     codes: dict[tuple[str, int], ErrorCode] = {}
     if not _may_write_txn(state, request.v3_and_below_transactional_id):
@@ -117,6 +123,50 @@ async def handle_add_partitions(state: BrokerState, header: RequestHeaderInfo, r
         for t in request.v3_and_below_topics
     )
     return make(cls, throttle_time=NO_THROTTLE, results_by_topic_v3_and_below=topics)
+
+
+async def _add_partitions_for_brokers(state: BrokerState, cls: type, request: Any) -> Any:
+    """AddPartitionsToTxn v4+: a partition leader asks on a producer's behalf (KIP-890), in a
+    batch of transactions: ``verify_only`` checks that the partitions are in the ongoing
+    transaction, otherwise they are added (transaction version 2). Brokers only: it needs
+    CLUSTER_ACTION on the cluster."""
+    if not state.allowed(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, "kafka-cluster"):
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.cluster_authorization_failed,
+                    results_by_transaction=())  # fmt: skip
+    result_cls = nested(cls, "AddPartitionsToTxnResult")
+    topic_cls = nested(cls, "AddPartitionsToTxnTopicResult")
+    partition_cls = nested(cls, "AddPartitionsToTxnPartitionResult")
+    results = []
+    for txn in request.transactions:
+        codes = await _verify_or_add(state, txn)
+        topics = tuple(
+            make(topic_cls, name=t.name, results_by_partition=tuple(
+                make(partition_cls, partition_index=p, partition_error_code=codes[(t.name, p)]) for p in t.partitions
+            ))
+            for t in txn.topics
+        )  # fmt: skip
+        results.append(make(result_cls, transactional_id=txn.transactional_id, topic_results=topics))
+    return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, results_by_transaction=tuple(results))
+
+
+async def _verify_or_add(state: BrokerState, txn: Any) -> dict[tuple[str, int], ErrorCode]:
+    wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
+    served = state.transactions.coordinator_error(txn.transactional_id)
+    if served is not None:
+        return dict.fromkeys(wanted, served)
+    implicit = ImplicitAdd.REFUSE if txn.verify_only else ImplicitAdd.ADD
+    codes: dict[tuple[str, int], ErrorCode] = {}
+    for topic, partition in wanted:
+        if state.partition_registration(topic, partition) is None:
+            codes[(topic, partition)] = ErrorCode.unknown_topic_or_partition
+            continue
+        refused = state.transactions.check_produce(txn.producer_id, txn.producer_epoch, topic, partition, implicit)
+        codes[(topic, partition)] = refused or ErrorCode.none
+    if not txn.verify_only and any(code is ErrorCode.none for code in codes.values()):
+        settled = await txn_settled(state, txn.transactional_id, ErrorCode.none)
+        if settled is not ErrorCode.none:
+            codes = {tp: settled if code is ErrorCode.none else code for tp, code in codes.items()}
+    return codes
 
 
 async def handle_add_offsets(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
@@ -378,7 +428,7 @@ def _ms_time(ms: int) -> datetime.datetime:
 
 
 HANDLERS = (
-    ApiHandler(ADD_PARTITIONS_TO_TXN, 0, 3, handle_add_partitions),
+    ApiHandler(ADD_PARTITIONS_TO_TXN, 0, 5, handle_add_partitions),
     ApiHandler(ADD_OFFSETS_TO_TXN, 0, 4, handle_add_offsets),
     ApiHandler(END_TXN, 0, 5, handle_end_txn),
     ApiHandler(TXN_OFFSET_COMMIT, 0, 5, handle_txn_offset_commit),
