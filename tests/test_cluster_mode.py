@@ -268,3 +268,38 @@ async def test_transactions_commit_and_abort_across_leaders(cluster: LocalCluste
             for records in (await consumer.getmany(timeout_ms=500)).values():
                 values.extend(r.value for r in records if r.value is not None)
     assert sorted(values) == sorted(f"kept{i}".encode() for i in range(9))
+
+
+async def test_a_whole_cluster_restart_keeps_topics_records_and_committed_offsets(tmp_path: Path) -> None:
+    config = {"metadata.snapshot.records": "40"}  # snapshots are taken (and replayed) on the way
+    async with LocalCluster(3, tmp_path, config=config) as cluster:
+        topics = [new_topic_name(f"restart{i}") for i in range(8)]
+        group = new_topic_name("rg")
+        async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+            await admin.create_topics([NewTopic(t, 2, 3) for t in topics])
+        async with Producer(bootstrap_servers=cluster.bootstrap_servers, acks="all") as producer:
+            for t in topics:
+                for i in range(10):
+                    await producer.send(t, f"{t}-{i}".encode(), partition=i % 2)
+        async with Consumer(topics[0], bootstrap_servers=cluster.bootstrap_servers, group_id=group,
+                            auto_offset_reset="earliest", enable_auto_commit=False) as consumer:  # fmt: skip
+            seen = 0
+            deadline = time.monotonic() + 30
+            while seen < 10 and time.monotonic() < deadline:
+                seen += sum(len(r) for r in (await consumer.getmany(timeout_ms=500)).values())
+            await consumer.commit()
+        snapshots = [p for n in cluster.node_ids for p in (tmp_path / f"node-{n}").rglob("*.checkpoint")]
+        assert snapshots, "no metadata snapshot was written"
+        for node_id in cluster.node_ids:
+            await cluster.stop(node_id)
+        for node_id in cluster.node_ids:
+            await cluster.start_node(node_id, wait=False)
+        await cluster.wait_ready()
+        async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+            assert set(topics) <= await admin.list_topics()
+            offsets = await admin.list_consumer_group_offsets(group)
+        assert sum(meta.offset for meta in offsets.values()) == 10
+        for t in topics:
+            assert sorted(await _consume_all(cluster.bootstrap_servers, t, 10)) == sorted(
+                f"{t}-{i}".encode() for i in range(10)
+            )
