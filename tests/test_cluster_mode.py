@@ -303,3 +303,22 @@ async def test_a_whole_cluster_restart_keeps_topics_records_and_committed_offset
             assert sorted(await _consume_all(cluster.bootstrap_servers, t, 10)) == sorted(
                 f"{t}-{i}".encode() for i in range(10)
             )
+
+
+async def test_topic_configs_altered_through_one_node_reach_every_node(cluster: LocalCluster) -> None:
+    topic = new_topic_name("cfg")
+    async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+        await admin.create_topics([NewTopic(topic, 1, 3)])
+    async with Admin(bootstrap_servers=cluster.address(1)) as admin:
+        await admin.incremental_alter_configs(topic, {"retention.ms": ("set", "123456"), "cleanup.policy": ("set", "compact")})
+    for node_id in cluster.node_ids:
+
+        async def applied(node: int = node_id) -> bool:
+            async with Admin(bootstrap_servers=cluster.address(node)) as admin:
+                configs = await admin.describe_configs(topic)
+            return configs.get("retention.ms") == "123456" and configs.get("cleanup.policy") == "compact"
+
+        await _wait_for(applied, 10, f"node {node_id} to see the new configs")
+    async with Admin(bootstrap_servers=cluster.address(2)) as admin:
+        with pytest.raises(KafkaError, match="INVALID_CONFIG|InvalidConfig|invalid"):
+            await admin.incremental_alter_configs(topic, {"retention.ms": ("set", "not-a-number")})

@@ -1,8 +1,13 @@
 """Effective topic and broker configs with their sources, for DescribeConfigs and CreateTopics v5+,
-and IncrementalAlterConfigs (key 44) v0-1 for topics."""
+and IncrementalAlterConfigs (key 44) v0-1 for topics.
+
+In cluster mode a topic's configs live in the metadata image: the broker authorizes and
+validates the change, then forwards it to the active controller, which writes the
+ConfigRecords every node applies."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -19,6 +24,8 @@ if TYPE_CHECKING:
     from kafkakit.broker.state import BrokerState, TopicInfo
 
 INCREMENTAL_ALTER_CONFIGS = 44
+#: Seconds a forwarding broker waits for the controller's change to reach its own image.
+_PROPAGATION_WAIT = 5.0
 _TOPIC_RESOURCE = 2
 # Kafka's AlterConfigOp.OpType.
 _SET, _DELETE, _APPEND, _SUBTRACT = 0, 1, 2, 3
@@ -120,8 +127,14 @@ async def handle_incremental_alter_configs(
     cls = response_class(INCREMENTAL_ALTER_CONFIGS, header.api_version)
     result_cls = nested(cls, "AlterConfigsResourceResponse")
     results = []
+    forward = []
+    in_cluster = state.controller_channel is not None
     for resource in request.resources:
-        code, message = _alter_resource(state, resource, bool(request.validate_only))
+        # In cluster mode the broker checks (as validate_only) and the controller applies.
+        code, message = _alter_resource(state, resource, bool(request.validate_only) or in_cluster)
+        if in_cluster and code == ErrorCode.none and not request.validate_only:
+            forward.append(resource)
+            continue
         results.append(
             make(
                 result_cls,
@@ -131,7 +144,30 @@ async def handle_incremental_alter_configs(
                 resource_name=resource.resource_name,
             )
         )
+    if forward:
+        results.extend(await _forward(state, request, forward, result_cls))
     return make(cls, throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+async def _forward(state: BrokerState, request: Any, resources: list[Any], result_cls: type) -> list[Any]:
+    """Cluster mode: the controller writes the topics' new configs; wait until this node's image
+    has them (so that a DescribeConfigs here right after sees them)."""
+    channel = state.controller_channel
+    assert channel is not None
+    try:
+        answer = await channel.send(dataclasses.replace(request, resources=tuple(resources)), 30.0)
+    except (TimeoutError, ConnectionError) as exc:
+        return [
+            make(result_cls, error_code=ErrorCode.request_timed_out, error_message=f"controller: {exc!r}",
+                 resource_type=r.resource_type, resource_name=r.resource_name)  # fmt: skip
+            for r in resources
+        ]
+    offset = getattr(state.image, "offset", -1)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _PROPAGATION_WAIT
+    while state.image is not None and state.image.offset <= offset and loop.time() < deadline:
+        await asyncio.sleep(0.01)  # the controller's records reach this node's image
+    return list(answer.responses)
 
 
 def _alter_resource(state: BrokerState, resource: Any, validate_only: bool) -> tuple[ErrorCode, str | None]:
