@@ -17,6 +17,8 @@ The controller, split as Kafka's org.apache.kafka.controller is:
 - ``config_control.py``: IncrementalAlterConfigs and topic config validation
   (ConfigurationControlManager, topics only).
 - ``producer_ids.py``: AllocateProducerIds (ProducerIdControlManager).
+- ``acl_control.py``: CreateAcls and DeleteAcls (AclControlManager); ``scram_control.py``:
+  AlterUserScramCredentials (ScramControlManager).
 - ``api_types.py``: the controller's settings, errors and request/result types.
 - ``placement.py``: replica placement for new partitions.
 

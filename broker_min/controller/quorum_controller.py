@@ -26,6 +26,8 @@ come from the managers, as in Kafka (metadata/src/main/java/org/apache/kafka/con
 - :mod:`.config_control`: :meth:`incremental_alter_configs`, topics only
   (ConfigurationControlManager).
 - :mod:`.producer_ids`: :meth:`allocate_producer_ids` (ProducerIdControlManager).
+- :mod:`.acl_control`: :meth:`create_acls`, :meth:`delete_acls` (AclControlManager);
+  :mod:`.scram_control`: :meth:`alter_user_scram_credentials` (ScramControlManager).
 - :mod:`.api_types`: the settings, errors and request/result types (re-exported here).
 
 Not built: ELR (KIP-966), leader recovery state (an unclean leader is not marked
@@ -42,10 +44,13 @@ import time
 import uuid
 from collections.abc import Sequence
 
+from kafkakit.acls import AclBinding, AclBindingFilter
 from kafkakit.broker.metadata import BrokerEndpoint, MetadataImage, MetadataRecord, encode
 from kafkakit.broker.metadata.loader import MetadataLoader
 from kafkakit.broker.raft import NotLeaderError, RaftNode, Role
+from kafkakit.broker.security.authorizer import InvalidAclError
 
+from .acl_control import AclControlManager, AclCreateResult, AclDeleteResult
 from .api_types import (
     ConfigOp,
     ConfigResource,
@@ -66,6 +71,7 @@ from .cluster_control import ClusterControlManager
 from .config_control import ConfigControlManager
 from .producer_ids import ProducerIdControlManager
 from .replication_control import ReplicationControlManager
+from .scram_control import ScramAlterResult, ScramControlManager, ScramDeletion, ScramUpsertion
 
 log = logging.getLogger("kafkakit.broker.controller")
 
@@ -347,6 +353,34 @@ class QuorumController:
             results, records = self._configs.incremental_alter_configs(self.image, resources)
             if not validate_only:
                 await self._append(records)
+            return results
+
+    # -- ACLs and SCRAM credentials (acl_control, scram_control) ---------------------------------
+
+    async def create_acls(self, bindings: Sequence[AclBinding | InvalidAclError]) -> list[AclCreateResult]:
+        """Create ACLs (CreateAcls); an InvalidAclError entry is answered INVALID_REQUEST."""
+        async with self._lock:
+            self._check_active()
+            results, records = AclControlManager().create_acls(self.image, bindings)
+            await self._append(records)
+            return results
+
+    async def delete_acls(self, filters: Sequence[AclBindingFilter | InvalidAclError]) -> list[AclDeleteResult]:
+        """Delete the ACLs each filter matches (DeleteAcls), all in one batch."""
+        async with self._lock:
+            self._check_active()
+            results, records = AclControlManager().delete_acls(self.image, filters)
+            await self._append(records)
+            return results
+
+    async def alter_user_scram_credentials(
+        self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
+    ) -> list[ScramAlterResult]:
+        """Delete and set SCRAM credentials (AlterUserScramCredentials), the valid ones in one batch."""
+        async with self._lock:
+            self._check_active()
+            results, records = ScramControlManager().alter_credentials(self.image, deletions, upsertions)
+            await self._append(records)
             return results
 
 

@@ -5,7 +5,8 @@ besides the quorum APIs: ``api_key -> (min_version, max_version, handler(version
 An inactive controller answers NOT_CONTROLLER where Kafka puts it: the top-level error of
 BrokerRegistration, BrokerHeartbeat, AlterPartition and AllocateProducerIds, and each
 topic's (or resource's) error of CreateTopics, DeleteTopics, CreatePartitions and
-IncrementalAlterConfigs.
+IncrementalAlterConfigs, and each creation's, filter's or user's error of CreateAcls,
+DeleteAcls and AlterUserScramCredentials.
 """
 
 from __future__ import annotations
@@ -14,7 +15,16 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from kafkakit.acls import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 from kafkakit.broker.metadata import BrokerEndpoint
+from kafkakit.broker.security.authorizer import InvalidAclError
 from kafkakit.protocol.build import make_response
 from kio.schema.errors import ErrorCode
 
@@ -28,11 +38,15 @@ from .quorum_controller import (
     NewTopic,
     QuorumController,
 )
+from .scram_control import ScramDeletion, ScramUpsertion
 
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 CREATE_PARTITIONS = 37
+CREATE_ACLS = 30
+DELETE_ACLS = 31
 INCREMENTAL_ALTER_CONFIGS = 44
+ALTER_USER_SCRAM_CREDENTIALS = 51
 ALTER_PARTITION = 56
 BROKER_REGISTRATION = 62
 BROKER_HEARTBEAT = 63
@@ -240,6 +254,49 @@ def controller_apis(controller: QuorumController) -> ApiTable:
             ]
         return make_response(INCREMENTAL_ALTER_CONFIGS, version, throttle_time=0, responses=results)
 
+    async def create_acls(version: int, request: Any) -> Any:
+        bindings = [_binding(c) for c in request.creations]
+        try:
+            results = [
+                {"error_code": r.error, "error_message": r.message} for r in await controller.create_acls(bindings)
+            ]
+        except ControllerError as exc:
+            results = [{"error_code": exc.code, "error_message": exc.message} for _ in bindings]
+        return make_response(CREATE_ACLS, version, throttle_time=0, results=results)
+
+    async def delete_acls(version: int, request: Any) -> Any:
+        filters = [_acl_filter(f) for f in request.filters]
+        try:
+            results = [
+                {
+                    "error_code": r.error,
+                    "error_message": r.message,
+                    "matching_acls": [_matching_acl(b) for b in r.deleted],
+                }
+                for r in await controller.delete_acls(filters)
+            ]
+        except ControllerError as exc:
+            results = [
+                {"error_code": exc.code, "error_message": exc.message, "matching_acls": []} for _ in filters
+            ]
+        return make_response(DELETE_ACLS, version, throttle_time=0, filter_results=results)
+
+    async def alter_user_scram_credentials(version: int, request: Any) -> Any:
+        deletions = [ScramDeletion(str(d.name), int(d.mechanism)) for d in request.deletions]
+        upsertions = [
+            ScramUpsertion(str(u.name), int(u.mechanism), int(u.iterations), bytes(u.salt), bytes(u.salted_password))
+            for u in request.upsertions
+        ]
+        try:
+            results = [
+                {"user": r.user, "error_code": r.error, "error_message": r.message}
+                for r in await controller.alter_user_scram_credentials(deletions, upsertions)
+            ]
+        except ControllerError as exc:
+            users = dict.fromkeys([d.user for d in deletions] + [u.user for u in upsertions])
+            results = [{"user": u, "error_code": exc.code, "error_message": exc.message} for u in users]
+        return make_response(ALTER_USER_SCRAM_CREDENTIALS, version, throttle_time=0, results=results)
+
     return {
         CREATE_TOPICS: (2, 7, create_topics),
         DELETE_TOPICS: (1, 6, delete_topics),
@@ -249,6 +306,55 @@ def controller_apis(controller: QuorumController) -> ApiTable:
         BROKER_REGISTRATION: (0, 4, broker_registration),
         BROKER_HEARTBEAT: (0, 2, broker_heartbeat),
         ALLOCATE_PRODUCER_IDS: (0, 0, allocate_producer_ids),
+        CREATE_ACLS: (1, 3, create_acls),
+        DELETE_ACLS: (1, 3, delete_acls),
+        ALTER_USER_SCRAM_CREDENTIALS: (0, 0, alter_user_scram_credentials),
+    }
+
+
+def _binding(creation: Any) -> AclBinding | InvalidAclError:
+    """A CreateAcls creation as an AclBinding; InvalidAclError for a number Kafka does not define."""
+    try:
+        return AclBinding(
+            ResourceType(int(creation.resource_type)),
+            str(creation.resource_name),
+            str(creation.principal),
+            AclOperation(int(creation.operation)),
+            AclPermissionType(int(creation.permission_type)),
+            PatternType(int(creation.resource_pattern_type)),
+            str(creation.host),
+        )
+    except ValueError as exc:
+        return InvalidAclError(str(exc))
+
+
+def _acl_filter(entry: Any) -> AclBindingFilter | InvalidAclError:
+    """A DeleteAcls filter; InvalidAclError for a number Kafka does not define."""
+    try:
+        return AclBindingFilter(
+            ResourceType(int(entry.resource_type_filter)),
+            entry.resource_name_filter,
+            PatternType(int(entry.pattern_type_filter)),
+            entry.principal_filter,
+            entry.host_filter,
+            AclOperation(int(entry.operation)),
+            AclPermissionType(int(entry.permission_type)),
+        )
+    except ValueError as exc:
+        return InvalidAclError(str(exc))
+
+
+def _matching_acl(binding: AclBinding) -> dict[str, Any]:
+    return {
+        "error_code": 0,
+        "error_message": None,
+        "resource_type": int(binding.resource_type),
+        "resource_name": binding.resource_name,
+        "pattern_type": int(binding.pattern_type),
+        "principal": binding.principal,
+        "host": binding.host,
+        "operation": int(binding.operation),
+        "permission_type": int(binding.permission_type),
     }
 
 
@@ -284,7 +390,7 @@ def not_controller(response: Any) -> bool:
     code = ErrorCode.not_controller
     if getattr(response, "error_code", None) == code:
         return True
-    for name in ("topics", "responses", "results"):
+    for name in ("topics", "responses", "results", "filter_results"):
         for item in getattr(response, name, None) or ():
             if getattr(item, "error_code", None) == code:
                 return True

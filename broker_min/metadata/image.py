@@ -2,7 +2,8 @@
 
 Every node (controller or broker) replays the same committed records into a
 :class:`MetadataImage`, so all agree on topics, partition leaders and ISRs, broker
-registrations and configs. :meth:`MetadataImage.apply` returns a :class:`MetadataDelta`
+registrations, configs, ACLs and SCRAM credentials (:mod:`.security_image`).
+:meth:`MetadataImage.apply` returns a :class:`MetadataDelta`
 naming what changed, which the broker's publishers (the replica manager, the coordinators)
 act on; :meth:`MetadataImage.to_records` is the snapshot form of the image.
 """
@@ -31,6 +32,7 @@ from .records import (
     TopicRecord,
     UnfenceBrokerRecord,
 )
+from .security_image import SECURITY_RECORDS, ScramKey, SecurityImage
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,10 @@ class MetadataDelta:
     created_topics: set[str] = field(default_factory=set)
     changed_brokers: set[int] = field(default_factory=set)
     changed_configs: set[tuple[int, str]] = field(default_factory=set)
+    #: ACL ids created or removed (the image's ``security.acls``).
+    changed_acls: set[uuid.UUID] = field(default_factory=set)
+    #: SCRAM credentials set or removed: (user, mechanism number).
+    changed_scram: set[ScramKey] = field(default_factory=set)
 
     def merge(self, other: MetadataDelta) -> None:
         """Add ``other``'s changes (a later batch) to these."""
@@ -96,6 +102,8 @@ class MetadataDelta:
         self.created_topics |= other.created_topics
         self.changed_brokers |= other.changed_brokers
         self.changed_configs |= other.changed_configs
+        self.changed_acls |= other.changed_acls
+        self.changed_scram |= other.changed_scram
 
     def __bool__(self) -> bool:
         return bool(
@@ -104,11 +112,13 @@ class MetadataDelta:
             or self.created_topics
             or self.changed_brokers
             or self.changed_configs
+            or self.changed_acls
+            or self.changed_scram
         )
 
 
 class MetadataImage:
-    """Topics, brokers, configs and the producer id high-water mark, replayed from the log."""
+    """Topics, brokers, configs, the producer id high-water mark, ACLs and SCRAM credentials, replayed from the log."""
 
     def __init__(self) -> None:
         self.topics: dict[str, TopicImage] = {}
@@ -117,6 +127,8 @@ class MetadataImage:
         self.configs: dict[tuple[int, str], dict[str, str]] = {}
         #: The next producer id no broker holds yet.
         self.next_producer_id = 0
+        #: ACLs and SCRAM credentials.
+        self.security = SecurityImage()
         #: Offset of the last record applied (-1: none).
         self.offset = -1
 
@@ -185,6 +197,8 @@ class MetadataImage:
             self._apply_broker_change(record, delta)
         elif isinstance(record, ProducerIdsRecord):
             self.next_producer_id = max(self.next_producer_id, record.next_producer_id)
+        elif isinstance(record, SECURITY_RECORDS):
+            self.security.apply(record, delta)
         self.offset = max(self.offset, offset)
         return delta
 
@@ -243,6 +257,7 @@ class MetadataImage:
                 out.append(ConfigRecord(resource_type, name, key, value))
         if self.next_producer_id:
             out.append(ProducerIdsRecord(-1, -1, self.next_producer_id))
+        out += self.security.to_records()
         return out
 
 

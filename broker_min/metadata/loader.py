@@ -85,10 +85,14 @@ class MetadataLoader:
             image.apply(decode(value))
         image.offset = snapshot.end_offset - 1
         removed = {name: topic for name, topic in self.image.topics.items() if name not in image.topics}
+        previous = self.image.security
         self.image = image
         self._since_snapshot = 0
         delta = _everything(image)
         delta.removed_topics.update(removed)
+        # ACLs and credentials the snapshot no longer has are changes too.
+        delta.changed_acls.update(previous.acls)
+        delta.changed_scram.update(previous.scram)
         self._publish(delta)
 
     def _publish(self, delta: MetadataDelta) -> None:
@@ -119,11 +123,13 @@ class MetadataLoader:
 
 
 def _everything(image: MetadataImage) -> MetadataDelta:
-    """A delta that names every topic, partition, broker and config of ``image``."""
+    """A delta that names every topic, partition, broker, config, ACL and SCRAM credential of ``image``."""
     delta = MetadataDelta()
     for topic in image.topics.values():
         delta.created_topics.add(topic.name)
         delta.changed_partitions.update((topic.name, index) for index in topic.partitions)
     delta.changed_brokers.update(image.brokers)
     delta.changed_configs.update(image.configs)
+    delta.changed_acls.update(image.security.acls)
+    delta.changed_scram.update(image.security.scram)
     return delta

@@ -4,17 +4,21 @@ Each record is one entry of the Raft log (:mod:`kafkakit.broker.raft`). The name
 follow Kafka's metadata record schemas (metadata/src/main/resources/common/metadata/*.json)
 so that Kafka's documentation describes what the log holds: TopicRecord, PartitionRecord,
 PartitionChangeRecord, RemoveTopicRecord, ConfigRecord, RegisterBrokerRecord,
-FenceBrokerRecord, UnfenceBrokerRecord, BrokerRegistrationChangeRecord and ProducerIdsRecord.
+FenceBrokerRecord, UnfenceBrokerRecord, BrokerRegistrationChangeRecord, ProducerIdsRecord,
+AccessControlEntryRecord, RemoveAccessControlEntryRecord, UserScramCredentialRecord and
+RemoveUserScramCredentialRecord.
 
 Encoding: one compact JSON object per record, ``{"type": ..., "version": 0, ...fields}``.
 Kafka encodes them with its generated binary serde, which no Python library provides (kio
 has the RPC schemas, not the metadata records), and no third-party tool reads broker_min's
 metadata log, so a readable, self-describing format is worth more here than byte
-compatibility. Decoding rejects an unknown type with :class:`MetadataRecordError`.
+compatibility. Byte fields (a SCRAM credential's salt and keys) are base64 strings. Decoding
+rejects an unknown type with :class:`MetadataRecordError`.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import uuid
@@ -152,6 +156,59 @@ class ProducerIdsRecord:
     next_producer_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class AccessControlEntryRecord:
+    """An ACL was created; ``acl_id`` names it for its removal (Kafka's StandardAclWithId).
+
+    The enums are Kafka's wire numbers (kafkakit.acls): ResourceType, PatternType (LITERAL or
+    PREFIXED), AclOperation and AclPermissionType (ALLOW or DENY).
+    """
+
+    TYPE: ClassVar[str] = "AccessControlEntryRecord"
+    acl_id: uuid.UUID
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveAccessControlEntryRecord:
+    """The ACL ``acl_id`` was deleted."""
+
+    TYPE: ClassVar[str] = "RemoveAccessControlEntryRecord"
+    acl_id: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class UserScramCredentialRecord:
+    """A user's SCRAM credential for one mechanism (1 = SCRAM-SHA-256, 2 = SCRAM-SHA-512) was set.
+
+    What the server needs to check a proof, never the password (KIP-554): the salt, StoredKey,
+    ServerKey and the iteration count.
+    """
+
+    TYPE: ClassVar[str] = "UserScramCredentialRecord"
+    name: str
+    mechanism: int
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveUserScramCredentialRecord:
+    """A user's SCRAM credential for one mechanism was deleted."""
+
+    TYPE: ClassVar[str] = "RemoveUserScramCredentialRecord"
+    name: str
+    mechanism: int
+
+
 MetadataRecord = (
     TopicRecord
     | PartitionRecord
@@ -163,6 +220,10 @@ MetadataRecord = (
     | UnfenceBrokerRecord
     | BrokerRegistrationChangeRecord
     | ProducerIdsRecord
+    | AccessControlEntryRecord
+    | RemoveAccessControlEntryRecord
+    | UserScramCredentialRecord
+    | RemoveUserScramCredentialRecord
 )
 
 _TYPES: dict[str, type[Any]] = {
@@ -178,6 +239,10 @@ _TYPES: dict[str, type[Any]] = {
         UnfenceBrokerRecord,
         BrokerRegistrationChangeRecord,
         ProducerIdsRecord,
+        AccessControlEntryRecord,
+        RemoveAccessControlEntryRecord,
+        UserScramCredentialRecord,
+        RemoveUserScramCredentialRecord,
     )
 }
 
@@ -210,11 +275,14 @@ def _to_json(value: Any) -> Any:
         return [_to_json(v) for v in value]
     if isinstance(value, BrokerEndpoint):
         return [value.name, value.host, value.port, value.security_protocol]
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
     return value
 
 
-_UUID_FIELDS = frozenset({"topic_id", "incarnation_id"})
+_UUID_FIELDS = frozenset({"topic_id", "incarnation_id", "acl_id"})
 _TUPLE_FIELDS = frozenset({"replicas", "isr"})
+_BYTES_FIELDS = frozenset({"salt", "stored_key", "server_key"})
 
 
 def _from_json(name: str, value: Any) -> Any:
@@ -226,4 +294,6 @@ def _from_json(name: str, value: Any) -> Any:
         return tuple(int(v) for v in value)
     if name == "endpoints":
         return tuple(BrokerEndpoint(str(n), str(h), int(p), int(s)) for n, h, p, s in value)
+    if name in _BYTES_FIELDS:
+        return base64.b64decode(value, validate=True)
     return value
