@@ -6,9 +6,12 @@ CleanedTransactionMetadata, KIP-534 delete horizons) re-done for broker_min;
 
 1. **Range.**  The *dirty* section starts at the cleaner checkpoint (or the log
    start offset) and ends at the first *uncleanable* offset: the smallest of the
-   active segment's base offset (the active segment is never cleaned), the first
-   offset of a still-open transaction (the LSO), and the base offset of the first
-   dirty segment holding a record newer than ``min.compaction.lag.ms``.  A log is
+   active segment's base offset (the active segment is never cleaned), the high
+   watermark and the first offset of a still-open transaction (together the LSO; a
+   transaction whose marker is not below the HW yet counts as open), and the base
+   offset of the first dirty segment holding a record newer than
+   ``min.compaction.lag.ms``.  On a replicated log nothing a leader change could
+   still truncate is compacted away or lets an older record go (Kafka's rule).  A log is
    cleaned when dirty / (clean + dirty) bytes exceeds ``min.cleanable.dirty.ratio``,
    or when its oldest dirty segment started more than ``max.compaction.lag.ms`` ago
    (a compacted log also rolls its active segment by that age, see LogConfig.roll_ms).
@@ -170,6 +173,8 @@ class LogSnapshot:
     log_start_offset: int
     log_end_offset: int
     checkpoint: int | None
+    #: The log's high watermark (its end for a single replica): nothing at or above it is cleaned.
+    high_watermark: int = 2**63 - 1
 
     @classmethod
     def of(cls, log: PartitionLog, checkpoint: int | None) -> LogSnapshot:
@@ -178,6 +183,7 @@ class LogSnapshot:
         return cls(
             log.topic, log.partition, log.directory, log.config, segments,
             tuple(s.size for s in segments), log.log_start_offset, log.log_end_offset, checkpoint,
+            log.high_watermark,
         )  # fmt: skip
 
 
@@ -300,6 +306,8 @@ def scan_log(snapshot: LogSnapshot, files: _Files, stop: threading.Event | None 
             if pid < 0:
                 continue
             entry = scan.producers.get(pid)
+            if header.is_control and header.base_offset >= snapshot.high_watermark:
+                continue  # not replicated yet: its transaction is still unstable (Kafka's unreplicatedTxns)
             if header.is_control:
                 kind = control_type(header, batch)
                 first = ongoing.pop(pid, None)
@@ -376,7 +384,7 @@ def cleanable_range(snapshot: LogSnapshot, now_ms: int, first_unstable_offset: i
     checkpoint = snapshot.checkpoint
     first_dirty = checkpoint if checkpoint is not None and start <= checkpoint <= end else start
     active_base = segments[-1].base_offset
-    uncleanable = [active_base]
+    uncleanable = [active_base, snapshot.high_watermark]
     if first_unstable_offset is not None:
         uncleanable.append(first_unstable_offset)
     dirty_non_active = [
@@ -441,8 +449,8 @@ def build_offset_map(
         if stop is not None and stop.is_set():
             raise CleanerAborted
         for header, batch in iter_stored_batches(files.fd(index), snapshot.sizes[index], throttler):
-            if header.base_offset >= end:
-                break
+            if header.last_offset >= end:
+                break  # only whole batches below the bound (the HW may fall inside a batch)
             if header.is_control:
                 tracker.on_control(header, control_type(header, batch))
             elif not tracker.on_batch(header) and header.last_offset >= start:

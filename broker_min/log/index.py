@@ -13,6 +13,7 @@ After a crash the active segment's indexes are rebuilt from the log anyway.
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from array import array
@@ -24,10 +25,25 @@ TIME_ENTRY = struct.Struct(">qi")
 
 
 def _append_to_file(path: Path, payload: bytes, *, fsync: bool) -> None:
+    """Append ``payload`` whole or not at all: a failed or short write (disk full) is cut back
+    off the file before the error is raised, so the file never ends in half an entry."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         if payload:
-            os.write(fd, payload)
+            size = os.fstat(fd).st_size
+            try:
+                written = os.write(fd, payload)
+                while written < len(payload):
+                    step = os.write(fd, payload[written:])
+                    if step <= 0:
+                        raise OSError(errno.EIO, f"writing {path} made no progress")
+                    written += step
+            except OSError:
+                try:
+                    os.ftruncate(fd, size)
+                except OSError:
+                    pass  # the sanity checks of the next load reject the file and rebuild it
+                raise
         if fsync:
             os.fsync(fd)
     finally:

@@ -77,6 +77,7 @@ from .errors import (
     InvalidBatchError,
     InvalidPartitionDirectoryError,
     LogError,
+    LogStorageError,
     OffsetOutOfRange,
 )
 from .leader_epochs import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
@@ -294,7 +295,20 @@ class PartitionLog:
         if epoch < self.leader_epoch:
             raise ValueError(f"leader epoch {epoch} is older than the current {self.leader_epoch}")
         self.leader_epoch = epoch
-        self._epochs.assign(epoch, self.log_end_offset)
+        if self._epochs.assign(epoch, self.log_end_offset, write=False):
+            self._write_epochs()
+
+    def _write_epochs(self) -> None:
+        """Write the epoch cache just changed in memory.  A failure (disk full) is logged and the
+        cache left dirty: :meth:`flush` and :meth:`close` write it before anything relies on it
+        being on disk (the recovery point does not move past an epoch the file lacks)."""
+        try:
+            self._epochs.write()
+        except OSError as exc:
+            self._epochs.dirty = True
+            logger.error(
+                "writing the leader epoch checkpoint of %s-%d failed: %s", self.topic, self.partition, exc
+            )
 
     def become_follower(self, epoch: int) -> None:
         """This node follows the partition's leader of ``epoch``: the epoch is remembered as the
@@ -367,7 +381,7 @@ class PartitionLog:
             self._high_watermark = last.last_offset + 1  # committed at once: no follower to wait for
         self._unflushed_messages += last.last_offset - first.base_offset + 1
         if config.flush_messages is not None and self._unflushed_messages >= config.flush_messages:
-            self.flush(now_ms=now)
+            self._flush_after_append(now)
         return AppendResult(first.base_offset, last.last_offset, append_time, self.log_start_offset, batches)
 
     def append_as_follower(
@@ -418,14 +432,23 @@ class PartitionLog:
             if epoch >= 0 and epoch != epochs.latest_epoch:
                 changed |= epochs.assign(epoch, header.base_offset, write=False)
         if changed:
-            epochs.write()
+            self._write_epochs()
         if high_watermark is not None:
             self.update_high_watermark(high_watermark)
         self._unflushed_messages += last.last_offset - first.base_offset + 1
         config = self.config
         if config.flush_messages is not None and self._unflushed_messages >= config.flush_messages:
-            self.flush(now_ms=now)
+            self._flush_after_append(now)
         return AppendResult(first.base_offset, last.last_offset, -1, self.log_start_offset, batches)
+
+    def _flush_after_append(self, now_ms: int) -> None:
+        """flush.messages after an append that is already in the file: a failed fsync or
+        checkpoint is logged, not raised (the append stands; the recovery point stays where it
+        was, so a crash re-verifies the unflushed batches, and the next flush tries again)."""
+        try:
+            self.flush(now_ms=now_ms)
+        except OSError as exc:
+            logger.error("flushing %s-%d failed: %s", self.topic, self.partition, exc)
 
     def _assign_offsets(
         self, view: memoryview, checked: list[tuple[int, BatchHeader]], append_time: int
@@ -466,10 +489,20 @@ class PartitionLog:
         active = self._segments[-1]
         if active.size == 0:
             return active
-        active.seal()
-        self._sealed_unflushed.append(active)
         now = now_ms if now_ms is not None else _now_ms()
-        segment = LogSegment.create(self.directory, active.next_offset, self.config, now)
+        # The new segment's files first, then the old one's final index entries: if either
+        # fails (disk full) the old segment stays the active, writable one.
+        try:
+            segment = LogSegment.create(self.directory, active.next_offset, self.config, now)
+        except OSError as exc:
+            LogSegment(self.directory, active.next_offset, self.config, now).delete()
+            raise LogStorageError(f"rolling a new segment of {self.topic}-{self.partition} failed: {exc}") from exc
+        try:
+            active.seal()
+        except OSError as exc:
+            segment.delete()
+            raise LogStorageError(f"sealing {active.log_path} failed: {exc}") from exc
+        self._sealed_unflushed.append(active)
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
         return segment
@@ -547,7 +580,12 @@ class PartitionLog:
 
     def enforce_retention(self, now_ms: int) -> int:
         """Delete old segments by retention.ms, retention.bytes and the log start offset, oldest
-        first and never the active one (Kafka's rules).  Returns how many were deleted."""
+        first and never the active one (Kafka's rules).  Returns how many were deleted.
+
+        Only segments wholly below the high watermark go (Kafka's deletableSegments): the log
+        start never passes the HW, and a replicated log keeps what a follower may still need
+        and what a leader change could still truncate.  A single-replica log's HW is its end.
+        """
         self._check_open()
         retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
         if not self.config.delete:  # cleanup.policy=compact: only the log start offset deletes
@@ -556,6 +594,8 @@ class PartitionLog:
         count = 0
         while count < len(self._segments) - 1:
             segment, following = self._segments[count], self._segments[count + 1]
+            if following.base_offset > self._high_watermark:
+                break  # not all committed: a leader change may still truncate into it (Kafka's rule)
             below_start = following.base_offset <= self.log_start_offset
             expired = retention_ms >= 0 and now_ms - segment.largest_timestamp() > retention_ms
             too_big = retention_bytes >= 0 and remaining - segment.size >= retention_bytes
@@ -695,10 +735,11 @@ class PartitionLog:
             segment.fsync()
         self._sealed_unflushed.clear()
         self._segments[-1].fsync()
-        self.recovery_point = self.log_end_offset
-        write_offset_checkpoint(
-            self.directory / RECOVERY_POINT_FILE, self.topic, self.partition, self.recovery_point, fsync=True
-        )
+        if self._epochs.dirty:  # the epochs of the batches the recovery point moves past
+            self._epochs.write()
+        log_end = self.log_end_offset
+        write_offset_checkpoint(self.directory / RECOVERY_POINT_FILE, self.topic, self.partition, log_end, fsync=True)
+        self.recovery_point = log_end
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms if now_ms is not None else _now_ms()
 

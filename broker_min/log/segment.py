@@ -122,6 +122,8 @@ class LogSegment:
         self.created_ms = now_ms
         self._bytes_since_index_entry = 0
         self.truncated_bytes = 0  # cut off by the last recovery
+        #: A failed append could not be cut back off the file (see :meth:`append`).
+        self.torn = False
         self._reader: SegmentFile | None = None
         self._writer: int | None = None
 
@@ -244,6 +246,7 @@ class LogSegment:
         try:
             os.ftruncate(fd, position)
             os.fsync(fd)
+            self.torn = False
         finally:
             if fd != self._writer:
                 os.close(fd)
@@ -293,16 +296,26 @@ class LogSegment:
 
     def append(self, buffers: list[BytesLike], total: int, batches: list[tuple[int, int, int, int]]) -> None:
         """Write ``buffers`` (``total`` bytes) in one ``writev``; ``batches`` lists each batch's
-        (base offset, last offset, max timestamp, size) for the indexes.  On an I/O error the
-        file is cut back so the segment stays consistent, and LogStorageError is raised."""
+        (base offset, last offset, max timestamp, size) for the indexes.
+
+        On an I/O error (ENOSPC, EFBIG, EIO; possibly after part of the data was written) the
+        file is cut back to its last whole batch and LogStorageError is raised.  If even that
+        fails, the segment refuses every later append (its file may end in a torn batch that
+        the O_APPEND writer would write after); a restart's recovery truncates the tail.
+        """
         assert self._writer is not None, "append to a read-only segment"
+        if self.torn:
+            raise LogStorageError(f"{self.log_path} ends in a failed write that could not be rolled back")
         try:
             _write_fully(self._writer, buffers, total)
         except OSError as exc:
             try:
                 os.ftruncate(self._writer, self.size)
+                self.torn = os.fstat(self._writer).st_size != self.size
             except OSError:
-                logger.exception("cannot roll back a failed append to %s", self.log_path)
+                self.torn = True
+            if self.torn:
+                logger.error("cannot roll back a failed append to %s: no appends until restart", self.log_path)
             raise LogStorageError(f"append to {self.log_path} failed: {exc}") from exc
         for base_offset, last_offset, max_timestamp, size in batches:
             self._track(base_offset, last_offset, max_timestamp, size)
