@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from kafkakit import Admin
 from kafkakit.testing.brokers import docker_unavailable_reason
-from kafkakit.testing.plugin import CLUSTER_SKIP_REASON
 
 from tests.brokers import BrokerMinServer
 
@@ -215,6 +214,16 @@ def test_uses_the_external_broker(kafka_broker, kafka_topic, kafka_cluster):
     for fault in ("kill", "restart", "pause", "resume"):
         with pytest.raises(BrokerFaultError, match="not supported for an external broker"):
             getattr(kafka_broker, fault)()
+
+
+def test_kafka_cluster_is_the_external_cluster(kafka_cluster, kafka_cluster_topic):
+    assert kafka_cluster.mode == "external" and kafka_cluster.node_ids == [1]
+    assert kafka_cluster.address(1) == "{address}"
+    topic = kafka_cluster_topic()  # replicated to min(3, brokers) = 1
+    assert kafka_cluster.leader(topic) == 1
+    for fault in ("kill", "stop", "start", "restart", "pause", "resume"):
+        with pytest.raises(BrokerFaultError, match="not supported for an external cluster .* --kafka-bootstrap"):
+            getattr(kafka_cluster, fault)(1)
 """
 
 
@@ -232,14 +241,14 @@ def test_kafka_bootstrap_option_and_env_var(
     address = second_broker.bootstrap_servers
     pytester.makepyfile(helpers=HELPERS, test_inner=EXTERNAL_TESTS.format(address=address))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--kafka-bootstrap={address}")
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=2)
     monkeypatch.setenv("KAFKAKIT_TEST_BOOTSTRAP", address)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=2)
     assert _external_topics(address) == set(), "the inner tests' topics were deleted"
 
 
-def test_testcontainers_backend_and_kafka_cluster_without_bootstrap(pytester: pytest.Pytester) -> None:
+def test_testcontainers_backend(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_inner="""
 import sys
@@ -247,25 +256,105 @@ import sys
 
 def test_loading_the_plugin_started_nothing():
     assert "kafkakit.testing.brokers" not in sys.modules and "kafkakit.broker" not in sys.modules
+    assert "kafkakit.testing.cluster" not in sys.modules
 
 
 def test_broker(kafka_broker):
     assert kafka_broker.mode == "testcontainers" and kafka_broker.bootstrap_servers
-
-
-def test_cluster(kafka_cluster):
-    pass
 """
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs", "--kafka-backend=testcontainers")
     output = result.stdout.str()
-    assert CLUSTER_SKIP_REASON in output
     reason = docker_unavailable_reason()
     if reason is None:  # a Docker engine answers here: the broker is a real Kafka container
-        result.assert_outcomes(passed=2, skipped=1)
+        result.assert_outcomes(passed=2)
     else:
-        result.assert_outcomes(passed=1, skipped=2)
+        result.assert_outcomes(passed=1, skipped=1)
         assert "needs a running Docker engine, and none answered" in output
+
+
+CLUSTER_TESTS = """
+from helpers import *
+
+
+def test_the_cluster_is_three_child_processes(kafka_cluster):
+    assert kafka_cluster.mode == "process" and kafka_cluster.node_ids == [1, 2, 3]
+    assert kafka_cluster.bootstrap_servers == ",".join(kafka_cluster.address(n) for n in (1, 2, 3))
+    assert kafka_cluster.config == {"min.insync.replicas": "2"}  # from the ini file
+    for node in (1, 2, 3):
+        assert kafka_cluster.is_running(node) and kafka_cluster.live_brokers(node) == {1, 2, 3}
+        assert "listening on " + kafka_cluster.address(node) in kafka_cluster.log_path(node).read_text()
+
+
+def test_acks_all_survives_killing_the_leader(kafka_cluster, kafka_cluster_topic):
+    topic = kafka_cluster_topic(name="killed-leader")
+    state = kafka_cluster.partition_state(topic)
+    assert sorted(state.replicas) == sorted(state.isr) == [1, 2, 3]
+    leader = kafka_cluster.leader(topic)
+
+    async def produce():
+        async with Producer(bootstrap_servers=kafka_cluster.bootstrap_servers, acks="all") as producer:
+            for i in range(200):
+                if i == 100:
+                    kafka_cluster.kill(leader)
+                await producer.send_and_wait(topic, b"%d" % i)
+
+    asyncio.run(produce())
+    assert not kafka_cluster.is_running(leader)
+    assert consume(kafka_cluster.bootstrap_servers, topic, 200) == [b"%d" % i for i in range(200)]
+    assert kafka_cluster.leader(topic) not in (leader, -1)
+
+
+def test_the_killed_node_is_back(kafka_cluster):
+    for node in (1, 2, 3):
+        assert kafka_cluster.is_running(node) and kafka_cluster.live_brokers(node) == {1, 2, 3}
+
+
+def test_stop_moves_leadership_first_and_a_paused_node_is_left(kafka_cluster, kafka_cluster_topic):
+    topic = kafka_cluster_topic()
+    leader = kafka_cluster.leader(topic)
+    kafka_cluster.stop(leader)  # a controlled shutdown
+    assert not kafka_cluster.is_running(leader)
+    deadline = time.monotonic() + 5
+    while kafka_cluster.leader(topic) == leader and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert kafka_cluster.leader(topic) not in (leader, -1)
+    produce(kafka_cluster.bootstrap_servers, topic, 10)
+    other = next(n for n in kafka_cluster.node_ids if n != leader)
+    kafka_cluster.pause(other)
+    assert not kafka_cluster.is_running(other)
+    with pytest.raises(BrokerFaultError, match="not running"):
+        kafka_cluster.pause(leader)
+
+
+def test_fails_and_shows_every_node_log(kafka_cluster, kafka_cluster_topic):
+    assert all(kafka_cluster.is_running(n) for n in (1, 2, 3))  # started and resumed again
+    kafka_cluster_topic(name="topic-made-by-the-failing-cluster-test")
+    assert False, "deliberate failure"
+"""
+
+
+def test_kafka_cluster_is_a_local_cluster_that_takes_node_faults(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nkafka_cluster_config =\n    min.insync.replicas=2\n")
+    pytester.makepyfile(helpers=HELPERS, test_inner=CLUSTER_TESTS)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning", "--kafka-cluster-nodes=3"
+    )
+    result.assert_outcomes(passed=4, failed=1)
+    output = result.stdout.str()
+    sections = [_node_section(output, node) for node in (1, 2, 3)]
+    # Only what each node logged while the failing test ran: its topic, not the starts before it.
+    assert any("topic-made-by-the-failing-cluster-test-0" in section for section in sections)
+    assert not any("listening on" in section for section in sections)
+    assert "kafka broker log" not in output  # no single broker was started
+
+
+def _node_section(output: str, node: int, when: str = "call") -> str:
+    """The body of the "kafka cluster node N log ... <when>" report section."""
+    pattern = rf"^-+ kafka cluster node {node} log \(.*\) {when} -+$\n(.*?)(?=^[-=_]{{5,}})"
+    match = re.search(pattern, output, re.M | re.S)
+    assert match is not None, f"no log section of node {node} for {when} in:\n{output}"
+    return match.group(1)
 
 
 def test_bad_ini_value_is_a_usage_error(pytester: pytest.Pytester) -> None:
@@ -274,3 +363,6 @@ def test_bad_ini_value_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "kafka_broker_mode = 'threads': expected one of process, thread" in result.stderr.str()
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kafka-broker-mode=process", "--kafka-cluster-nodes=0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "kafka_cluster_nodes = '0': expected a number of nodes, 1 or more" in result.stderr.str()

@@ -57,9 +57,11 @@ class TopicFactory:
     every partition has a leader. :meth:`delete_created` removes them all.
     """
 
-    def __init__(self, bootstrap_servers: str, prefix: str = "t") -> None:
+    def __init__(self, bootstrap_servers: str, prefix: str = "t", *, replication_factor: int = 1) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.prefix = prefix
+        #: the replication factor of a topic whose call does not give one
+        self.replication_factor = replication_factor
         #: names of the topics this factory created, in order
         self.created: list[str] = []
 
@@ -69,14 +71,14 @@ class TopicFactory:
         config: Mapping[str, object] | None = None,
         name: str | None = None,
         *,
-        replication_factor: int = 1,
+        replication_factor: int | None = None,
         timeout: float = 30.0,
     ) -> str:
         """Create a topic and return its name.
 
         ``config`` holds topic settings such as ``{"cleanup.policy": "compact"}``
         (values may be str, int or bool); ``replication_factor`` matters only on a
-        multi-node cluster.
+        multi-node cluster (default: the factory's, 1 for ``kafka_topic``).
         """
         from kafkakit import Admin, NewTopic  # imported late: the plugin stays cheap to load
 
@@ -84,7 +86,7 @@ class TopicFactory:
         new_topic = NewTopic(
             topic_name,
             num_partitions=partitions,
-            replication_factor=replication_factor,
+            replication_factor=self.replication_factor if replication_factor is None else replication_factor,
             configs={key: _config_value(value) for key, value in (config or {}).items()},
         )
 
