@@ -15,7 +15,9 @@
 - the :class:`~kafkakit.broker.replication.ReplicaManager`, which leads and follows partitions
   as the image says, and the group and transaction coordinators, which load the
   ``__consumer_offsets`` / ``__transaction_state`` partitions this node leads
-  (:mod:`kafkakit.broker.cluster_coordinators`).
+  (:mod:`kafkakit.broker.cluster_coordinators`);
+- a :class:`~kafkakit.broker.security.metadata_publisher.SecurityPublisher`: the authorizer's
+  ACLs and the SCRAM credentials are the image's (``--add-scram`` entries go to the controller).
 
 Start-up does not wait for the quorum: a node alone cannot elect a leader, so
 :meth:`ClusterRuntime.start` returns at once and the node answers clients as soon as its image
@@ -44,6 +46,7 @@ from kafkakit.broker.metadata.loader import MetadataLoader
 from kafkakit.broker.producer_id_blocks import ControllerIdBlocks
 from kafkakit.broker.raft import RaftConfig, RaftEndpoint, RaftNode, RaftPeers, parse_voters
 from kafkakit.broker.replication import ReplicaManager, ReplicationSettings
+from kafkakit.broker.security.metadata_publisher import SecurityPublisher
 from kafkakit.broker.state import BrokerState
 
 log = logging.getLogger("kafkakit.broker")
@@ -103,6 +106,7 @@ class ClusterRuntime:
         self.replicas: ReplicaManager | None = None
         self.producer_id_blocks: ControllerIdBlocks | None = None
         self.coordinators: CoordinatorLeadership | None = None
+        self.security: SecurityPublisher | None = None
         self._started = False
 
     async def start(self) -> None:
@@ -141,6 +145,8 @@ class ClusterRuntime:
         state.internal_topic_requester = self.coordinators.request_internal_topic
         self.coordinators.start()
         self.loader.add_publisher(self._follow_image)
+        self.security = SecurityPublisher(state, state.scram_credentials.added)
+        self.loader.add_publisher(self.security.on_metadata)
         self.loader.add_publisher(self.replicas.on_metadata)
         # After the replica manager: a coordinator loads a partition whose log is open and led.
         self.loader.add_publisher(self.coordinators.on_metadata)
@@ -150,6 +156,7 @@ class ClusterRuntime:
         await self.replicas.start()
         lifecycle.start()
         self.producer_id_blocks.start()
+        self.security.start()
         self._started = True
 
     async def _controlled_shutdown(self) -> None:
@@ -191,6 +198,8 @@ class ClusterRuntime:
         if graceful:
             await self._controlled_shutdown()
         await self.producer_id_blocks.stop()
+        if self.security is not None:
+            await self.security.stop()
         if self.coordinators is not None:
             await self.coordinators.stop()
         await self.lifecycle.stop()

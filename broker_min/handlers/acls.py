@@ -2,10 +2,18 @@
 
 Each needs the caller to be allowed DESCRIBE (describe) or ALTER (create, delete)
 on the cluster.  Without an authorizer Kafka answers SECURITY_DISABLED.
+
+In cluster mode ACLs are cluster metadata: after its own checks (authorization, and each
+creation or filter parsed and validated) the broker forwards CreateAcls and DeleteAcls, in
+the client's version, to the active controller, which writes the ACL records; the broker then
+waits (a few seconds at most) until the change is in its own image, and so in its
+authorizer, before answering. DescribeAcls reads the local authorizer, which the metadata
+publisher keeps equal to the image.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from kafkakit.acls import (
@@ -18,6 +26,7 @@ from kafkakit.acls import (
 )
 from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, make, nested
 from kafkakit.broker.security.authorizer import InvalidAclError, validate
+from kafkakit.broker.security.metadata_publisher import wait_for_image
 from kafkakit.protocol import RequestHeaderInfo, response_class
 from kio.schema.errors import ErrorCode
 
@@ -28,6 +37,10 @@ DESCRIBE_ACLS = 29
 CREATE_ACLS = 30
 DELETE_ACLS = 31
 _DISABLED = "No Authorizer is configured."
+#: Seconds a forwarding broker waits for the controller's ACL change to reach its own image.
+_PROPAGATION_WAIT = 5.0
+#: Seconds a forwarded request may wait for the active controller.
+_FORWARD_TIMEOUT = 30.0
 
 
 def _filter(entry: Any) -> AclBindingFilter:
@@ -88,8 +101,9 @@ async def handle_create_acls(state: BrokerState, header: RequestHeaderInfo, requ
     if refused is not None:
         result = result_cls(error_code=refused[0], error_message=refused[1])
         return make(cls, throttle_time=NO_THROTTLE, results=tuple(result for _ in request.creations))
-    results = []
+    results: list[Any] = []
     accepted: list[AclBinding] = []
+    forwarded: list[tuple[int, Any, AclBinding]] = []
     for creation in request.creations:
         try:
             binding = AclBinding(
@@ -105,11 +119,41 @@ async def handle_create_acls(state: BrokerState, header: RequestHeaderInfo, requ
         except (ValueError, InvalidAclError) as exc:
             results.append(result_cls(error_code=ErrorCode.invalid_request, error_message=str(exc)))
             continue
+        if state.controller_channel is not None:
+            forwarded.append((len(results), creation, binding))
+            results.append(None)
+            continue
         accepted.append(binding)
         results.append(result_cls(error_code=ErrorCode.none, error_message=None))
+    if state.controller_channel is not None:
+        if forwarded:
+            await _forward_creations(state, request, forwarded, results, result_cls)
+        return make(cls, throttle_time=NO_THROTTLE, results=tuple(results))
     assert state.authorizer is not None
     state.authorizer.create(accepted)
     return make(cls, throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+async def _forward_creations(
+    state: BrokerState, request: Any, forwarded: list[tuple[int, Any, AclBinding]], results: list[Any], result_cls: type
+) -> None:
+    """Cluster mode: the controller creates the ``forwarded`` ACLs; its answers go to their places in ``results``."""
+    channel = state.controller_channel
+    assert channel is not None
+    subset = dataclasses.replace(request, creations=tuple(creation for _, creation, _ in forwarded))
+    try:
+        answer = await channel.send(subset, _FORWARD_TIMEOUT)
+    except (TimeoutError, ConnectionError) as exc:
+        for index, _, _ in forwarded:
+            results[index] = result_cls(error_code=ErrorCode.request_timed_out, error_message=f"controller: {exc!r}")
+        return
+    created = set()
+    for (index, _, binding), result in zip(forwarded, answer.results, strict=True):
+        results[index] = result
+        if result.error_code == ErrorCode.none:
+            created.add(binding)
+    if created:
+        await wait_for_image(state, lambda image: created <= image.security.bindings(), _PROPAGATION_WAIT)
 
 
 async def handle_delete_acls(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
@@ -120,6 +164,8 @@ async def handle_delete_acls(state: BrokerState, header: RequestHeaderInfo, requ
         result = result_cls(error_code=refused[0], error_message=refused[1], matching_acls=())
         return make(cls, throttle_time=NO_THROTTLE, filter_results=tuple(result for _ in request.filters))
     assert state.authorizer is not None
+    if state.controller_channel is not None:
+        return make(cls, throttle_time=NO_THROTTLE, filter_results=await _forward_deletions(state, request, result_cls))
     results = []
     for entry in request.filters:
         try:
@@ -137,6 +183,41 @@ async def handle_delete_acls(state: BrokerState, header: RequestHeaderInfo, requ
         )
         results.append(result_cls(error_code=ErrorCode.none, error_message=None, matching_acls=matches))
     return make(cls, throttle_time=NO_THROTTLE, filter_results=tuple(results))
+
+
+async def _forward_deletions(state: BrokerState, request: Any, result_cls: type) -> tuple[Any, ...]:
+    """Cluster mode: the controller deletes what the request's filters match; one result per filter."""
+    channel = state.controller_channel
+    assert channel is not None
+    results: list[Any] = []
+    forwarded: list[tuple[int, Any]] = []
+    for entry in request.filters:
+        try:
+            _filter(entry)
+        except ValueError as exc:
+            results.append(result_cls(error_code=ErrorCode.invalid_request, error_message=str(exc), matching_acls=()))
+            continue
+        forwarded.append((len(results), entry))
+        results.append(None)
+    if not forwarded:
+        return tuple(results)
+    subset = dataclasses.replace(request, filters=tuple(entry for _, entry in forwarded))
+    try:
+        answer = await channel.send(subset, _FORWARD_TIMEOUT)
+    except (TimeoutError, ConnectionError) as exc:
+        failed = result_cls(error_code=ErrorCode.request_timed_out, error_message=f"controller: {exc!r}", matching_acls=())
+        return tuple(failed if r is None else r for r in results)
+    gone: set[AclBinding] = set()
+    for (index, _), result in zip(forwarded, answer.filter_results, strict=True):
+        results[index] = result
+        for m in result.matching_acls:
+            gone.add(AclBinding(
+                ResourceType(int(m.resource_type)), m.resource_name, m.principal, AclOperation(int(m.operation)),
+                AclPermissionType(int(m.permission_type)), PatternType(int(m.pattern_type)), m.host,
+            ))  # fmt: skip
+    if gone:
+        await wait_for_image(state, lambda image: not gone & image.security.bindings(), _PROPAGATION_WAIT)
+    return tuple(results)
 
 
 HANDLERS = (

@@ -3,6 +3,12 @@
 Describe needs DESCRIBE on the cluster, alter needs ALTER.  Alter carries the
 salted password (never the password); the broker derives and stores StoredKey
 and ServerKey from it, as Kafka does.
+
+In cluster mode credentials are cluster metadata: after checking ALTER on the cluster the
+broker forwards AlterUserScramCredentials to the active controller (which validates it as
+Kafka's ScramControlManager does and writes the credential records) and waits, a few seconds
+at most, until the changes are in its own image, and so in its credential store, before
+answering. Describe reads the local store, which the metadata publisher keeps equal to the image.
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, make, nested
+from kafkakit.broker.metadata import MetadataImage
+from kafkakit.broker.security.metadata_publisher import wait_for_image
 from kafkakit.protocol import RequestHeaderInfo, response_class
 from kafkakit.security import scram
 from kio.schema.errors import ErrorCode
@@ -21,6 +29,10 @@ if TYPE_CHECKING:
 DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 ALTER_USER_SCRAM_CREDENTIALS = 51
 _CLUSTER = "kafka-cluster"
+#: Seconds a forwarding broker waits for the controller's change to reach its own image.
+_PROPAGATION_WAIT = 5.0
+#: Seconds a forwarded request may wait for the active controller.
+_FORWARD_TIMEOUT = 30.0
 
 
 async def handle_describe(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
@@ -61,6 +73,8 @@ async def handle_alter(state: BrokerState, header: RequestHeaderInfo, request: A
         results = tuple(result_cls(user=name, error_code=ErrorCode.cluster_authorization_failed,
                                    error_message="Cluster authorization failed.") for name in dict.fromkeys(users))  # fmt: skip
         return make(cls, throttle_time=NO_THROTTLE, results=results)
+    if state.controller_channel is not None:
+        return make(cls, throttle_time=NO_THROTTLE, results=await _forward_alter(state, request, result_cls, users))
     errors: dict[str, tuple[ErrorCode, str]] = {}
     seen: set[tuple[str, int]] = set()
     for item in (*request.deletions, *request.upsertions):
@@ -106,6 +120,30 @@ async def handle_alter(state: BrokerState, header: RequestHeaderInfo, request: A
         for name in dict.fromkeys(users)
     )
     return make(cls, throttle_time=NO_THROTTLE, results=results)
+
+
+async def _forward_alter(state: BrokerState, request: Any, result_cls: type, users: list[str]) -> tuple[Any, ...]:
+    """Cluster mode: the controller applies the request; its answers, once this node's image has the changes."""
+    channel = state.controller_channel
+    assert channel is not None
+    try:
+        answer = await channel.send(request, _FORWARD_TIMEOUT)
+    except (TimeoutError, ConnectionError) as exc:
+        return tuple(result_cls(user=name, error_code=ErrorCode.request_timed_out, error_message=f"controller: {exc!r}")
+                     for name in dict.fromkeys(users))  # fmt: skip
+    applied = {r.user for r in answer.results if r.error_code == ErrorCode.none}
+    deleted = {(d.name, int(d.mechanism)) for d in request.deletions if d.name in applied}
+    upserted = {(u.name, int(u.mechanism)): bytes(u.salt) for u in request.upsertions if u.name in applied}
+
+    def arrived(image: MetadataImage) -> bool:
+        credentials = image.security.scram
+        if any(key in credentials for key in deleted):
+            return False
+        return all((c := credentials.get(key)) is not None and c.salt == salt for key, salt in upserted.items())
+
+    if deleted or upserted:
+        await wait_for_image(state, arrived, _PROPAGATION_WAIT)
+    return tuple(answer.results)
 
 
 HANDLERS = (

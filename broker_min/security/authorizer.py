@@ -15,7 +15,9 @@ An ACL matches a resource when its pattern is LITERAL with the same name or
 broker_min accepts Kafka's class names for ``authorizer.class.name``
 (``org.apache.kafka.metadata.authorizer.StandardAuthorizer``, and the older
 ``kafka.security.authorizer.AclAuthorizer``), so one configuration serves both.
-ACLs live in ``<data dir>/.kafkakit-security/acls.json``.
+ACLs live in ``<data dir>/.kafkakit-security/acls.json`` on a single node; in a KRaft cluster
+they are cluster metadata, and :meth:`Authorizer.replace_bindings` sets them from the
+metadata image (:mod:`kafkakit.broker.security.metadata_publisher`), without the file.
 """
 
 from __future__ import annotations
@@ -172,6 +174,10 @@ class Authorizer:
 
     def _save(self) -> None:
         self._document.save([_to_json(b) for b in self._bindings])
+
+    def replace_bindings(self, bindings: Iterable[AclBinding]) -> None:
+        """Cluster mode: hold exactly ``bindings`` (the metadata image's ACLs); the file is not written."""
+        self._bindings = list(bindings)
 
     # -- decisions ---------------------------------------------------------------
 

@@ -3,12 +3,15 @@
 Passwords never reach the disk.  Credentials are set at start-up with
 ``--add-scram 'SCRAM-SHA-256=[name=alice,password=alice-secret]'`` (the form of
 ``kafka-storage format --add-scram``) or with AlterUserScramCredentials, and
-persist in ``<data dir>/.kafkakit-security/scram-credentials.json``.
+persist in ``<data dir>/.kafkakit-security/scram-credentials.json``.  In a KRaft cluster they
+are cluster metadata: :meth:`ScramCredentialStore.replace_all` sets them from the metadata
+image (:mod:`kafkakit.broker.security.metadata_publisher`), without the file.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +67,8 @@ class ScramCredentialStore:
             user: {mech: scram.ScramCredential.from_kafka_string(text) for mech, text in by_mech.items()}
             for user, by_mech in stored.items()
         }
+        #: The ``--add-scram`` entries applied (a cluster node sends them to the controller).
+        self.added: list[AddScram] = []
 
     def lookup(self, mechanism: str, user: str) -> scram.ScramCredential | None:
         return self._credentials.get(user, {}).get(mechanism)
@@ -96,6 +101,15 @@ class ScramCredentialStore:
         except ValueError as exc:
             raise KafkaConfigError("--add-scram", str(exc)) from None
         self.upsert(entry.user, entry.mechanism, credential)
+        self.added.append(entry)
+
+    def replace_all(self, credentials: Iterable[tuple[str, str, scram.ScramCredential]]) -> None:
+        """Cluster mode: hold exactly ``(user, mechanism name, credential)`` (the metadata image's);
+        the file is not written."""
+        replaced: dict[str, dict[str, scram.ScramCredential]] = {}
+        for user, mechanism, credential in credentials:
+            replaced.setdefault(user, {})[mechanism] = credential
+        self._credentials = replaced
 
     def _save(self) -> None:
         self._document.save(
