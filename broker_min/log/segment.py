@@ -316,6 +316,8 @@ class LogSegment:
                 self.torn = True
             if self.torn:
                 logger.error("cannot roll back a failed append to %s: no appends until restart", self.log_path)
+            else:
+                logger.error("append to %s failed and was rolled back: %s", self.log_path, exc)
             raise LogStorageError(f"append to {self.log_path} failed: {exc}") from exc
         for base_offset, last_offset, max_timestamp, size in batches:
             self._track(base_offset, last_offset, max_timestamp, size)
