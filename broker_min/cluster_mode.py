@@ -48,6 +48,7 @@ from kafkakit.broker.raft import RaftConfig, RaftEndpoint, RaftNode, RaftPeers, 
 from kafkakit.broker.replication import ReplicaManager, ReplicationSettings
 from kafkakit.broker.security.metadata_publisher import SecurityPublisher
 from kafkakit.broker.state import BrokerState
+from kafkakit.errors import KafkaConfigError
 
 log = logging.getLogger("kafkakit.broker")
 
@@ -114,11 +115,15 @@ class ClusterRuntime:
         state = self.state
         endpoints = state.listener_endpoints
         inter_broker = self.config.inter_broker_listener_name or next(iter(endpoints))
-        if inter_broker.upper() not in endpoints:
-            from kafkakit.errors import KafkaConfigError
-
-            raise KafkaConfigError("inter.broker.listener.name", f"{inter_broker} is not one of the listeners")
         protocols = state.listener_protocols
+        if inter_broker.upper() not in endpoints:
+            raise KafkaConfigError("inter.broker.listener.name", f"{inter_broker} is not one of the listeners")
+        if protocols.get(inter_broker.upper(), "PLAINTEXT") != "PLAINTEXT":
+            # Followers and coordinators connect without TLS or SASL for now.
+            raise KafkaConfigError(
+                "inter.broker.listener.name",
+                f"{inter_broker} uses {protocols[inter_broker.upper()]}: only a PLAINTEXT inter-broker listener is supported yet",
+            )
         listeners = [
             (name, host, port, SECURITY_PROTOCOL_IDS.get(protocols.get(name, "PLAINTEXT"), 0))
             for name, (host, port) in endpoints.items()

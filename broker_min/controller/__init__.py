@@ -30,7 +30,7 @@ And around it:
 - ``lifecycle.py``: :class:`BrokerLifecycle`, a broker's registration, heartbeats and
   controlled shutdown.
 
-Not wired into the broker yet.
+A cluster node runs it through :mod:`kafkakit.broker.cluster_mode`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """kafkakit.broker.raft: the core of the KRaft metadata quorum (KIP-595), for issue 13.
 
-Not wired into the broker yet: a broker_min node still runs alone. This package is
-a self-contained library that the next step plugs into the broker, whose metadata
-records will travel as this log's entries.
+A self-contained library: a broker_min node in cluster mode
+(:mod:`kafkakit.broker.cluster_mode`) runs one :class:`RaftNode` whose entries are the
+metadata records (:mod:`kafkakit.broker.metadata`), with the controller's APIs served on the
+same listener.
 
 What maps to what in Apache Kafka (raft/src/main/java/org/apache/kafka/raft):
 

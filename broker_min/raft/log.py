@@ -11,8 +11,8 @@ its value is empty here, where Kafka writes a LeaderChangeMessage.
 It does not reuse broker_min/log: that machinery assigns offsets itself, keeps
 producer state and rolls/retains segments, while the quorum log must truncate an
 arbitrary uncommitted tail and is small. Metadata logs are small, so the entries
-are also kept in memory; there is one segment and no index (snapshots, which
-would bound both, are not built yet).
+are also kept in memory; there is one segment and no index: snapshots
+(:mod:`.snapshot`) bound both, as the log restarts at each snapshot's end.
 
 The epoch cache (Kafka's LeaderEpochFileCache, ``leader-epoch-checkpoint``) is
 derived from the batches on load instead of being checkpointed.

@@ -45,7 +45,8 @@ class NotLeaderError(Exception):
 
 
 class NotYetSupportedError(Exception):
-    """Something that needs snapshots (KIP-630), which are not built yet."""
+    """A case the quorum does not handle yet: a listener without ``on_snapshot`` on a log that
+    starts from a snapshot, or a leader asking to truncate below the high watermark."""
 
 
 class Transport(Protocol):
