@@ -148,3 +148,26 @@ def _first_batches(data: bytes, count: int) -> int:
     for _ in range(count):
         pos += read_batch_header(data, pos).size
     return pos
+
+
+@needs_tmpfs
+def test_a_follower_truncation_on_a_full_disk_completes(tmp_path: Path) -> None:
+    mount = tmp_path / "disk"
+    with disk_faults.tmpfs(mount, "256k"):
+        directory = mount / "t-0"
+        log = PartitionLog.open(directory, LogConfig(), now_ms=NOW, single_replica=False)
+        fill(log, 10, size=50)
+        log.become_leader(1)
+        fill(log, 2, size=50)  # epoch 1 from offset 30
+        log.flush()
+        log.update_high_watermark(log.log_end_offset)
+        assert log.recovery_point == 36
+        disk_faults.fill(mount)
+        # The cut frees no page; rewriting the checkpoints needs one.
+        assert log.truncate_to(30)
+        assert (log.log_end_offset, log.high_watermark, log.leader_epochs.latest_epoch) == (30, 30, 0)
+        assert not (directory / "recovery-point-offset-checkpoint").exists()  # re-verify all after a crash
+        disk_faults.free(mount)
+        reopened = PartitionLog.open(directory, LogConfig(), now_ms=NOW, single_replica=False)  # a crash
+        assert reopened.log_end_offset == 30 and reopened.leader_epochs.latest_epoch == 0
+        assert len(read_all(reopened)) == 30

@@ -674,14 +674,21 @@ class PartitionLog:
         self._after_truncation()
 
     def _after_truncation(self) -> None:
+        """The log was cut: the epoch cache, the HW and the recovery point follow.  On a full disk
+        the in-memory state is still made right; a recovery point checkpoint that cannot be
+        rewritten is deleted (unlinking needs no space), so a crash re-verifies the whole log."""
         log_end = self.log_end_offset
-        self._epochs.truncate_from_end(log_end)
+        if self._epochs.truncate_from_end(log_end, write=False):
+            self._write_epochs()
         self._high_watermark = min(max(self._high_watermark, self.log_start_offset), log_end)
         if self.recovery_point > log_end or self.recovery_point < self.log_start_offset:
             self.recovery_point = log_end
-            write_offset_checkpoint(
-                self.directory / RECOVERY_POINT_FILE, self.topic, self.partition, log_end, fsync=True
-            )
+            path = self.directory / RECOVERY_POINT_FILE
+            try:
+                write_offset_checkpoint(path, self.topic, self.partition, log_end, fsync=True)
+            except OSError as exc:
+                path.unlink(missing_ok=True)
+                logger.error("writing %s of %s-%d failed (%s): removed it", path.name, self.topic, self.partition, exc)
 
     def replace_segments(self, old: list[LogSegment], new: LogSegment) -> bool:
         """Swap the sealed segments ``old`` (consecutive, still in the log) for their cleaned copy

@@ -260,7 +260,10 @@ class LogSegment:
             self._track(header.base_offset, header.last_offset, header.max_timestamp, header.size)
         if self._writer is None:  # a sealed segment keeps its final time index entry
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True)
-        self.persist_indexes(fsync=True)
+        try:
+            self.persist_indexes(fsync=True)
+        except OSError as exc:  # disk full: the files keep fewer entries (still valid), memory is right
+            logger.error("writing the indexes of %s after a truncation failed: %s", self.log_path, exc)
         return removed
 
     def _recoverable(self, header: BatchHeader, position: int, file_size: int) -> bool:
