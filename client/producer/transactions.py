@@ -49,7 +49,6 @@ import asyncio
 import enum
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -64,45 +63,43 @@ from kafkakit.errors import (
     ProducerFencedError,
     TransactionAbortedError,
     TransactionStateError,
-    UnsupportedVersionError,
-    for_code,
 )
-from kafkakit.net.connection import BrokerConnection
 from kafkakit.net.security import PLAINTEXT, SecurityConfig
-from kafkakit.producer.idempotence import FENCING_CODES, ProducerIdentity, fenced_error
-from kafkakit.protocol.build import make_request
+from kafkakit.producer.coordinators import GROUP_KEY, TRANSACTION_KEY, Coordinators
+from kafkakit.producer.idempotence import ProducerIdentity
+from kafkakit.producer.transaction_versions import (
+    TRANSACTION_VERSION_1,
+    TRANSACTION_VERSION_2,
+    TRANSACTION_VERSION_FEATURE,
+    choose_version,
+    supported_transaction_version,
+    version_range,
+)
 from kafkakit.protocol.framing import ApiKey
 from kafkakit.structs import OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
     from kafkakit.consumer.group import GroupMetadata
 
+__all__ = [
+    # Re-exported: the coordinators and transaction versions moved to their own modules.
+    "GROUP_KEY",
+    "TRANSACTION_KEY",
+    "TRANSACTION_VERSION_1",
+    "TRANSACTION_VERSION_2",
+    "TRANSACTION_VERSION_FEATURE",
+    "TransactionHandle",
+    "TransactionManager",
+    "TransactionState",
+    "choose_version",
+    "complete_transaction",
+    "supported_transaction_version",
+    "version_range",
+]
+
 log = logging.getLogger(__name__)
 
-GROUP_KEY = 0
-TRANSACTION_KEY = 1
-#: Transaction versions kafkakit speaks (see the module docstring).
-TRANSACTION_VERSION_1 = 1
-TRANSACTION_VERSION_2 = 2
-#: The ApiVersions finalized feature that enables transaction version 2.
-TRANSACTION_VERSION_FEATURE = "transaction.version"
-#: Request versions per transaction version: (lowest, highest) each may use.
-_TV1_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (0, 11),
-    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
-    ApiKey.END_TXN: (0, 4),
-}
-_TV2_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (12, 12),
-    ApiKey.TXN_OFFSET_COMMIT: (5, 5),
-    ApiKey.END_TXN: (5, 5),
-}
-_COORDINATOR_MOVED = frozenset({14, 15, 16})  # LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR
-_CONCURRENT_TRANSACTIONS = 51
-_NOT_ATTEMPTED = 55  # OPERATION_NOT_ATTEMPTED: another partition of the request failed
 _GROUP_FENCING = frozenset({22, 25, 82})  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID
-#: CONCURRENT_TRANSACTIONS clears within milliseconds (markers being written): retry quickly.
-_CONCURRENT_BACKOFF = 0.02
 
 
 class TransactionState(enum.Enum):
@@ -141,135 +138,6 @@ class TransactionHandle:
         if not isinstance(data, dict):
             raise ValueError(f"not a TransactionHandle: {text!r}")
         return cls(**data)
-
-
-def version_range(api_key: int, transaction_version: int) -> tuple[int, int] | None:
-    """The request versions of ``api_key`` a transaction of ``transaction_version`` may use (None: any)."""
-    table = _TV2_VERSIONS if transaction_version >= TRANSACTION_VERSION_2 else _TV1_VERSIONS
-    return table.get(api_key)
-
-
-def choose_version(conn: BrokerConnection, api_key: int, transaction_version: int) -> int:
-    """The version of ``api_key`` to send over ``conn`` for a transaction of ``transaction_version``."""
-    chosen = conn.version(api_key)
-    bounds = version_range(api_key, transaction_version)
-    if bounds is None:
-        return chosen
-    chosen = min(chosen, bounds[1])
-    if chosen < bounds[0]:
-        raise UnsupportedVersionError(
-            f"transaction version {transaction_version} needs API {api_key} v{bounds[0]}+, "
-            f"but {conn.host}:{conn.port} speaks up to v{chosen}"
-        )
-    return chosen
-
-
-def supported_transaction_version(conn: BrokerConnection) -> int:
-    """The highest transaction version both ``conn``'s broker and kafkakit can use."""
-    if conn.finalized_features.get(TRANSACTION_VERSION_FEATURE, 0) < TRANSACTION_VERSION_2:
-        return TRANSACTION_VERSION_1
-    for api_key, (low, _) in _TV2_VERSIONS.items():
-        if not conn.supports(api_key) or conn.version(api_key) < low:
-            return TRANSACTION_VERSION_1
-    return TRANSACTION_VERSION_2
-
-
-class _Coordinators:
-    """Finds coordinators with FindCoordinator and keeps one connection per (key type, key)."""
-
-    def __init__(self, cluster: Cluster, request_timeout_ms: int) -> None:
-        self._cluster = cluster
-        self._request_timeout_ms = request_timeout_ms
-        self._conns: dict[tuple[int, str], BrokerConnection] = {}
-        self.hints: dict[tuple[int, str], tuple[str, int]] = {}
-
-    async def connection(self, key_type: int, key: str) -> BrokerConnection:
-        conn = self._conns.get((key_type, key))
-        if conn is not None and conn.connected:
-            return conn
-        hint = self.hints.get((key_type, key))
-        if hint is None:
-            hint = await self._find(key_type, key)
-        try:
-            conn = await self._cluster.open_connection(hint[0], hint[1], request_timeout_ms=self._request_timeout_ms)
-        except KafkaError:
-            self.hints.pop((key_type, key), None)
-            raise
-        self._conns[(key_type, key)] = conn
-        return conn
-
-    async def _find(self, key_type: int, key: str) -> tuple[str, int]:
-        conn = await self._cluster.any_connection()
-        response = await conn.call(ApiKey.FIND_COORDINATOR, key=key, key_type=key_type)
-        code = int(response.error_code)
-        if code:
-            raise for_code(code)(f"FindCoordinator for {key!r} (key type {key_type})")
-        address = (str(response.host), int(response.port))
-        self.hints[(key_type, key)] = address
-        return address
-
-    def drop(self, key_type: int, key: str, reason: str) -> None:
-        self.hints.pop((key_type, key), None)
-        conn = self._conns.pop((key_type, key), None)
-        if conn is not None:
-            log.info("dropping coordinator %s:%s for %r: %s", conn.host, conn.port, key, reason)
-            asyncio.ensure_future(conn.close())
-
-    async def close(self) -> None:
-        conns, self._conns = list(self._conns.values()), {}
-        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
-
-    async def call(
-        self,
-        key_type: int,
-        key: str,
-        api_key: int,
-        codes_of: Callable[[Any], Iterable[int]],
-        *,
-        what: str,
-        timeout: float,
-        backoff: float,
-        transaction_version: int = TRANSACTION_VERSION_1,
-        **fields: Any,
-    ) -> Any:
-        """Send one request to the coordinator of ``key``, retrying what is retriable.
-
-        Returns the response when ``codes_of`` finds no error; raises the first
-        non-retriable error's typed exception (fencing codes as ProducerFencedError).
-        The request version is the highest ``transaction_version`` allows.
-        """
-        deadline = time.monotonic() + timeout
-        last: BaseException | None = None
-        while True:
-            delay = backoff
-            try:
-                conn = await self.connection(key_type, key)
-                version = choose_version(conn, api_key, transaction_version)
-                response = await conn.send(make_request(api_key, version, **fields))
-            except KafkaError as exc:
-                if not exc.retriable:
-                    raise
-                self.drop(key_type, key, str(exc))
-                last = exc
-            else:
-                codes = [int(c) for c in codes_of(response) if int(c)]
-                real = [c for c in codes if c != _NOT_ATTEMPTED] or codes
-                if not real:
-                    return response
-                code = real[0]
-                if code in FENCING_CODES:
-                    raise fenced_error(code, what)
-                error = for_code(code)(what)
-                if code in _COORDINATOR_MOVED:
-                    self.drop(key_type, key, str(error))
-                elif code == _CONCURRENT_TRANSACTIONS:
-                    delay = _CONCURRENT_BACKOFF
-                elif not error.retriable:
-                    raise error
-                last = error
-            if time.monotonic() + delay >= deadline:
-                raise KafkaTimeoutError(f"{what}: gave up after {timeout:.0f}s; last error: {last}") from last
-            await asyncio.sleep(delay)
 
 
 def _error_code(response: Any) -> list[int]:
@@ -323,7 +191,7 @@ class TransactionManager:
         self.transaction_version = TRANSACTION_VERSION_1
         #: Highest version init_transactions may choose (tests lower it to exercise version 1).
         self.max_transaction_version = TRANSACTION_VERSION_2
-        self._coordinators = _Coordinators(cluster, request_timeout_ms)
+        self._coordinators = Coordinators(cluster, request_timeout_ms)
         # How long a transactional call keeps retrying its coordinator (which may move: a
         # coordinator failover takes seconds), each request within request_timeout_ms.
         self._timeout = max(max_block_ms, request_timeout_ms) / 1000
