@@ -295,16 +295,7 @@ class BrokerMinTarget(Target):
         return str(self.cluster.address(node_id))
 
     def pid(self, node_id: int) -> int | None:
-        # LocalCluster has no pid(): find the child started with --data-dir <data_dir>/node-<id>.
-        wanted = str(self.cluster.data_dir / f"node-{node_id}")
-        for pid in _children().get(os.getpid(), []):
-            try:
-                argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-            except OSError:
-                continue
-            if "kafkakit.broker" in argv and "--data-dir" in argv and argv[argv.index("--data-dir") + 1] == wanted:
-                return pid
-        return None
+        return self.cluster.pid(node_id)
 
     def is_running(self, node_id: int) -> bool:
         return bool(self.cluster.is_running(node_id))

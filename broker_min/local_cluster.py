@@ -129,6 +129,11 @@ class LocalCluster:
         """The node's stderr/stdout log."""
         return self.data_dir / f"node-{node_id}.log"
 
+    def pid(self, node_id: int) -> int | None:
+        """The node's process id while it runs (e.g. to read its RSS or lower its limits)."""
+        process = self._node(node_id).process
+        return process.pid if process is not None and process.returncode is None else None
+
     def is_running(self, node_id: int) -> bool:
         process = self._node(node_id).process
         return process is not None and process.returncode is None

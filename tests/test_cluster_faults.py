@@ -124,9 +124,9 @@ async def _produce_raw(address: str, topic: str, partition: int, value: bytes, a
 
 
 def _pid(cluster: LocalCluster, node_id: int) -> int:
-    process = cluster._node(node_id).process  # the node's child process (no public accessor)
-    assert process is not None and process.returncode is None
-    return process.pid
+    pid = cluster.pid(node_id)
+    assert pid is not None, f"node {node_id} is not running"
+    return pid
 
 
 class FullDisk:
