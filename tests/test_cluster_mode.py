@@ -20,6 +20,7 @@ from kafkakit.broker import LocalCluster
 from kafkakit.errors import KafkaError
 
 from tests.brokers import new_topic_name
+from tests.raw_protocol import RawClient, req, sub
 
 # One event loop for the module, so that the module-scoped cluster fixture can be async.
 pytestmark = [pytest.mark.timeout(180), pytest.mark.asyncio(loop_scope="module")]
@@ -47,6 +48,19 @@ async def _wait_for(predicate: Callable[[], Awaitable[bool]], timeout: float, wh
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.2)
+
+
+async def _isr_by_describe_topic_partitions(address: str, topic: str) -> tuple[int, ...]:
+    """Partition 0's ISR as DescribeTopicPartitions (key 75) reports it."""
+    client = await RawClient.connect(address)
+    try:
+        response = await client.call(
+            req(75, 0, topics=(sub(75, 0, "TopicRequest", name=topic),), response_partition_limit=10, cursor=None)
+        )
+    finally:
+        client.close()
+    (described,) = response.topics
+    return tuple(described.partitions[0].isr_nodes)
 
 
 async def _consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) -> list[bytes]:
@@ -150,6 +164,7 @@ async def test_min_insync_replicas_is_enforced_and_isr_shrinks_and_expands(tmp_p
             return state is not None and follower not in state.isr
 
         await _wait_for(shrunk, 20, "the paused follower to leave the ISR")
+        assert follower not in await _isr_by_describe_topic_partitions(cluster.address(leader), topic)
         async with Producer(
             bootstrap_servers=cluster.address(leader), acks="all", delivery_timeout_ms=3000, request_timeout_ms=2000
         ) as producer:
@@ -162,6 +177,7 @@ async def test_min_insync_replicas_is_enforced_and_isr_shrinks_and_expands(tmp_p
             return state is not None and sorted(state.isr) == [1, 2, 3]
 
         await _wait_for(expanded, 30, "the follower to rejoin the ISR")
+        assert sorted(await _isr_by_describe_topic_partitions(cluster.address(leader), topic)) == [1, 2, 3]
         async with Producer(bootstrap_servers=cluster.bootstrap_servers, acks="all") as producer:
             await producer.send_and_wait(topic, b"accepted")
         assert await _consume_all(cluster.bootstrap_servers, topic, 1) == [b"accepted"]

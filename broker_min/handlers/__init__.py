@@ -17,6 +17,7 @@ from kafkakit.broker.handlers import (
     cluster,
     configs,
     coordinator,
+    describe_topic_partitions,
     fetch,
     groups,
     leader_epochs,
@@ -38,6 +39,7 @@ from kio.schema.errors import ErrorCode
 _MODULES = (
     api_versions,
     metadata,
+    describe_topic_partitions,
     topics,
     produce,
     fetch,

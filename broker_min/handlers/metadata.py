@@ -174,21 +174,31 @@ def _topic(state: BrokerState, cls: type, info: TopicInfo, live: frozenset[int])
 
 
 def _partition(state: BrokerState, partition_cls: type, topic: str, index: int, live: frozenset[int]) -> Any:
+    return make(partition_cls, **partition_fields(state, topic, index, live))
+
+
+def partition_fields(state: BrokerState, topic: str, index: int, live: frozenset[int]) -> dict[str, Any]:
+    """A partition as Metadata and DescribeTopicPartitions describe it: a leader that is not a
+    live broker is reported as none (LEADER_NOT_AVAILABLE), fenced replicas as offline."""
     registration = state.partition_registration(topic, index)
     if registration is None:
-        return make(partition_cls, error_code=ErrorCode.leader_not_available, partition_index=index, leader_id=-1,
-                    leader_epoch=-1, replica_nodes=(), isr_nodes=(), offline_replicas=())  # fmt: skip
+        return {"error_code": ErrorCode.leader_not_available, "partition_index": index, "leader_id": -1,
+                "leader_epoch": -1, "replica_nodes": (), "isr_nodes": (), "offline_replicas": ()}  # fmt: skip
     leader = registration.leader if registration.leader in live else -1
-    return make(
-        partition_cls,
-        error_code=ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
-        partition_index=index,
-        leader_id=leader,
-        leader_epoch=registration.leader_epoch,
-        replica_nodes=registration.replicas,
-        isr_nodes=registration.isr,
-        offline_replicas=tuple(r for r in registration.replicas if r not in live),
-    )
+    return {
+        "error_code": ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
+        "partition_index": index,
+        "leader_id": leader,
+        "leader_epoch": registration.leader_epoch,
+        "replica_nodes": registration.replicas,
+        "isr_nodes": registration.isr,
+        "offline_replicas": tuple(r for r in registration.replicas if r not in live),
+    }
+
+
+def may_describe_topic(state: BrokerState, topic: str) -> bool:
+    """Describing a topic needs DESCRIBE on it."""
+    return _may_describe(state, topic)
 
 
 def _topic_error(cls: type, name: str | None, topic_id: uuid.UUID | None, code: ErrorCode) -> Any:
