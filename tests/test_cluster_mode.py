@@ -338,3 +338,57 @@ async def test_topic_configs_altered_through_one_node_reach_every_node(cluster: 
     async with Admin(bootstrap_servers=cluster.address(2)) as admin:
         with pytest.raises(KafkaError, match="INVALID_CONFIG|InvalidConfig|invalid"):
             await admin.incremental_alter_configs(topic, {"retention.ms": ("set", "not-a-number")})
+
+
+async def test_a_consume_transform_produce_copy_commits_offsets_when_group_and_transaction_coordinators_differ(
+    tmp_path: Path,
+) -> None:
+    from kafkakit.broker.coordinators.group_records import partition_for_group
+    from kafkakit.broker.coordinators.txn_records import partition_for_transactional_id
+
+    async with LocalCluster(3, tmp_path, config={"offsets.topic.num.partitions": "3"}) as cluster:
+        source, sink = new_topic_name("eos-in"), new_topic_name("eos-out")
+        async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+            await admin.create_topics([NewTopic(source, 1, 3), NewTopic(sink, 1, 3)])
+        async with Producer(bootstrap_servers=cluster.bootstrap_servers, acks="all") as producer:
+            for i in range(20):
+                await producer.send(source, f"in{i}".encode())
+        transactional_id = new_topic_name("copier")
+        # Create both internal topics, then pick a group whose coordinator is not the transaction's.
+        async with Producer(bootstrap_servers=cluster.bootstrap_servers, transactional_id=transactional_id) as warm:
+            await warm.init_transactions()
+        async with Consumer(bootstrap_servers=cluster.bootstrap_servers, group_id="probe") as probe:
+            await probe.committed(TopicPartition(source, 0))
+        txn_leader = (await _describe(cluster.bootstrap_servers, "__transaction_state"))[
+            partition_for_transactional_id(transactional_id, 1)
+        ][0]
+        offsets_leaders = await _describe(cluster.bootstrap_servers, "__consumer_offsets")
+        group = next(
+            g for g in (f"copy-group-{i}" for i in range(100))
+            if offsets_leaders[partition_for_group(g, 3)][0] != txn_leader
+        )  # fmt: skip
+        async with (
+            Consumer(source, bootstrap_servers=cluster.bootstrap_servers, group_id=group, auto_offset_reset="earliest",
+                     enable_auto_commit=False, isolation_level="read_committed") as consumer,
+            Producer(bootstrap_servers=cluster.bootstrap_servers, transactional_id=transactional_id) as producer,
+        ):  # fmt: skip
+            await producer.init_transactions()
+            copied = 0
+            deadline = time.monotonic() + 60
+            while copied < 20 and time.monotonic() < deadline:
+                batches = await consumer.getmany(timeout_ms=500)
+                if not batches:
+                    continue
+                async with producer.transaction():
+                    for records in batches.values():
+                        for record in records:
+                            await producer.send(sink, record.value)
+                        copied += len(records)
+                    await producer.send_offsets_to_transaction(
+                        {tp: records[-1].offset + 1 for tp, records in batches.items()}, consumer.group_metadata()
+                    )
+        async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+            committed = await admin.list_consumer_group_offsets(group)
+        assert {tp.partition: meta.offset for tp, meta in committed.items()} == {0: 20}
+        values = await _consume_all(cluster.bootstrap_servers, sink, 20)
+        assert sorted(values) == sorted(f"in{i}".encode() for i in range(20))

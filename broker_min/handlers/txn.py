@@ -30,7 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.coordinators.group_offsets import OffsetToCommit
+from kafkakit.broker.coordinators.offsets_topic import OFFSETS_TOPIC
 from kafkakit.broker.coordinators.transactions import KNOWN_STATE_NAMES, ImplicitAdd, TxnError, state_name
+from kafkakit.broker.handlers import txn_verification
 from kafkakit.broker.handlers.base import NO_THROTTLE, ApiHandler, make, nested
 from kafkakit.broker.handlers.groups import may_use_group, settled
 from kafkakit.protocol import RequestHeaderInfo, response_class
@@ -218,10 +220,22 @@ async def handle_txn_offset_commit(state: BrokerState, header: RequestHeaderInfo
     refused = _txn_commit_refusal(state, request)
     readable = {t.name for t in request.topics if state.allowed(AclOperation.READ, ResourceType.TOPIC, t.name)}
     known = [t for t in request.topics if state.topics.get(t.name) is not None and t.name in readable]
-    codes = _txn_commit(state, header.api_version, request, known) if refused is None else []
+    remote = txn_verification.remote_coordinator(state, request.transactional_id)
+    confirmed = ErrorCode.none
+    if refused is None and remote and known and state.groups.coordinator_error(request.group_id) is None:
+        # Another node coordinates the transaction: it confirms (or, TV2, adds) the offsets partition.
+        confirmed = await txn_verification.confirm_offsets_partition(
+            state, request.transactional_id, request.producer_id, request.producer_epoch,
+            (OFFSETS_TOPIC, state.groups_store_partition(request.group_id)),
+            _txn_commit_implicit(header.api_version),
+        )  # fmt: skip
+    if refused is None and confirmed is not ErrorCode.none:
+        refused = confirmed
+    codes = _txn_commit(state, header.api_version, request, known, verified=remote) if refused is None else []
     if ErrorCode.none in codes:
-        # TV2 may have added the offsets partition to the transaction: both logs must be durable.
-        durable = await txn_settled(state, request.transactional_id, ErrorCode.none)
+        # TV2 may have added the offsets partition to the transaction: both logs must be durable
+        # (the transaction log is the remote coordinator's to settle when it is elsewhere).
+        durable = ErrorCode.none if remote else await txn_settled(state, request.transactional_id, ErrorCode.none)
         durable = await settled(state, request.group_id, durable)
         codes = [durable if code is ErrorCode.none else code for code in codes]
     errors = iter(codes)
@@ -260,7 +274,19 @@ def _txn_commit_refusal(state: BrokerState, request: Any) -> ErrorCode | None:
     return None
 
 
-def _txn_commit(state: BrokerState, version: int, request: Any, topics: list[Any]) -> list[ErrorCode]:
+def _txn_commit_implicit(version: int) -> ImplicitAdd:
+    if version >= FIRST_IMPLICIT_TXN_OFFSET_COMMIT_VERSION:
+        return ImplicitAdd.ADD
+    if version >= FIRST_ABORTABLE_TXN_OFFSET_COMMIT_VERSION:
+        return ImplicitAdd.ABORTABLE
+    return ImplicitAdd.REFUSE
+
+
+def _txn_commit(
+    state: BrokerState, version: int, request: Any, topics: list[Any], *, verified: bool = False
+) -> list[ErrorCode]:
+    """Hold the offsets for the transaction; ``verified``: the transaction's coordinator (another
+    node) already confirmed the offsets partition is in it."""
     offsets = [
         OffsetToCommit(
             t.name,
@@ -274,18 +300,14 @@ def _txn_commit(state: BrokerState, version: int, request: Any, topics: list[Any
     ]
     if not offsets:
         return []
-    if version >= FIRST_IMPLICIT_TXN_OFFSET_COMMIT_VERSION:
-        implicit = ImplicitAdd.ADD
-    elif version >= FIRST_ABORTABLE_TXN_OFFSET_COMMIT_VERSION:
-        implicit = ImplicitAdd.ABORTABLE
-    else:
-        implicit = ImplicitAdd.REFUSE
-    try:
-        state.transactions.check_offset_commit(
-            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, implicit
-        )
-    except TxnError as exc:
-        return [exc.code] * len(offsets)
+    if not verified:
+        try:
+            state.transactions.check_offset_commit(
+                request.transactional_id, request.producer_id, request.producer_epoch, request.group_id,
+                _txn_commit_implicit(version),
+            )  # fmt: skip
+        except TxnError as exc:
+            return [exc.code] * len(offsets)
     return state.groups.txn_commit_offsets(
         request.group_id,
         request.producer_id,

@@ -100,6 +100,25 @@ async def verify(state: BrokerState, request: Any, implicit: ImplicitAdd) -> Ver
     return {tp: _for_produce(code, implicit) for tp, code in codes.items()}
 
 
+async def confirm_offsets_partition(
+    state: BrokerState, transactional_id: str, producer_id: int, epoch: int, partition: tuple[str, int],
+    implicit: ImplicitAdd,
+) -> ErrorCode:  # fmt: skip
+    """TxnOffsetCommit on a group coordinator when another node coordinates the transaction: the
+    group's ``__consumer_offsets`` partition must be in it (added for transaction version 2).
+    Retriable coordinator trouble is COORDINATOR_NOT_AVAILABLE, which clients retry."""
+    log = state.partition_log(*partition)
+    if log is not None and state.producer_states.for_log(log).has_open_transaction(producer_id):
+        return ErrorCode.none
+    codes = await _ask_coordinator(state, transactional_id, producer_id, epoch, [partition], implicit)
+    code = codes.get(partition, ErrorCode.unknown_server_error)
+    if code in _RETRIABLE:
+        return ErrorCode.coordinator_not_available
+    if code is ErrorCode.invalid_txn_state and implicit is ImplicitAdd.ABORTABLE:
+        return ErrorCode.transaction_abortable
+    return code
+
+
 async def _ask_coordinator(
     state: BrokerState, transactional_id: str, producer_id: int, epoch: int,
     partitions: list[tuple[str, int]], implicit: ImplicitAdd,
