@@ -33,6 +33,9 @@ _log = logging.getLogger("kafkakit.broker")
 #: Kafka's TransactionState ids a logged value may carry (Empty .. PrepareEpochFence).
 _KNOWN_STATUSES = range(8)
 
+#: The internal topic these records are logged to.
+TRANSACTION_TOPIC = "__transaction_state"
+
 KEY_VERSION = 0
 VALUE_VERSION = 0
 FLEXIBLE_VALUE_VERSION = 1
