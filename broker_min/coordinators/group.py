@@ -3,7 +3,8 @@
 Pure bookkeeping, no I/O and no timers: members and their protocols, the static
 instance-id map, members that were handed an id but have not joined yet
 (MEMBER_ID_REQUIRED), members whose SyncGroup is still expected, protocol
-votes and the state machine.  :mod:`.group_coordinator` drives it.
+votes and the state machine.  :mod:`.classic_group_protocol` drives it, under the
+:mod:`.group_coordinator` facade.
 
 States and their legal predecessors (Kafka's ``ClassicGroupState``)::
 

@@ -2,7 +2,8 @@
 LeaveGroup (13) v0-5, DescribeGroups (15) v0-5, ListGroups (16) v0-4, DeleteGroups (42) v0-2.
 
 The handlers translate between kio messages and the coordinator
-(:mod:`kafkakit.broker.coordinators.group_coordinator`), which owns every rule.
+(:mod:`kafkakit.broker.coordinators.group_coordinator`, whose classic protocol rules live in
+:mod:`kafkakit.broker.coordinators.classic_group_protocol`).
 JoinGroup and SyncGroup may park: they await the coordinator's future while the
 rest of the group joins, and the server keeps serving the connection's later
 requests and every other connection meanwhile.
