@@ -310,6 +310,14 @@ class PartitionProducerState:
         """Whether ``producer_id`` has transactional data here not yet closed by a marker."""
         return producer_id in self._ongoing
 
+    def in_open_transaction(self, producer_id: int, epoch: int) -> bool:
+        """Whether ``producer_id`` at ``epoch`` has transactional data here not yet closed by a
+        marker: a batch of that epoch continues that transaction. A newer epoch (transaction
+        version 2 bumps it for every transaction) starts another one, even while the previous
+        transaction's marker has not arrived yet."""
+        entry = self._producers.get(producer_id)
+        return producer_id in self._ongoing and entry is not None and entry.epoch == epoch
+
     def complete_transaction(self, producer_id: int, marker_offset: int, commit: bool) -> None:
         """A COMMIT/ABORT marker at ``marker_offset`` closes the producer's open transaction."""
         first = self._ongoing.pop(producer_id, None)

@@ -392,3 +392,35 @@ async def test_a_consume_transform_produce_copy_commits_offsets_when_group_and_t
         assert {tp.partition: meta.offset for tp, meta in committed.items()} == {0: 20}
         values = await _consume_all(cluster.bootstrap_servers, sink, 20)
         assert sorted(values) == sorted(f"in{i}".encode() for i in range(20))
+
+
+async def test_back_to_back_transactions_on_a_remote_leader_each_commit_alone(cluster: LocalCluster) -> None:
+    """Transaction version 2 bumps the epoch per transaction, and the next transaction's first batch
+    can reach a partition before the previous one's marker: it must be verified (added) anew, not
+    taken into the still-open previous transaction (it was, and aborts then showed its record)."""
+    topic = new_topic_name("txn-rapid")
+    async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+        await admin.create_topics([NewTopic(topic, 3, 3)])
+    transactional_id = new_topic_name("rapid")
+    async with Producer(bootstrap_servers=cluster.bootstrap_servers, transactional_id=transactional_id) as producer:
+        await producer.init_transactions()
+        coordinator = (await _describe(cluster.bootstrap_servers, "__transaction_state"))[0][0]
+        partition = next(p for p, (leader, _, _) in (await _describe(cluster.bootstrap_servers, topic)).items()
+                         if leader != coordinator)  # fmt: skip
+        for i in range(60):
+            async with producer.transaction():
+                await producer.send(topic, f"t{i}".encode(), partition=partition)
+        producer.begin_transaction()
+        await producer.send(topic, b"aborted", partition=partition)
+        await producer.abort_transaction()
+    values: list[bytes] = []
+    async with Consumer(
+        bootstrap_servers=cluster.bootstrap_servers, auto_offset_reset="earliest", isolation_level="read_committed"
+    ) as consumer:
+        consumer.assign([TopicPartition(topic, partition)])
+        deadline = time.monotonic() + 30
+        while len(values) < 60 and time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                values.extend(r.value for r in records if r.value is not None)
+        values.extend(r.value for rs in (await consumer.getmany(timeout_ms=1000)).values() for r in rs if r.value)
+    assert values == [f"t{i}".encode() for i in range(60)]

@@ -7,7 +7,9 @@ the leader asks the coordinator with one AddPartitionsToTxn v5 (the broker-to-br
 ``verify_only`` for transaction version 1 (Produce v11 and older: the producer added the
 partition itself), an add for version 2 (Produce v12+: the partition joins implicitly). Only
 the first batch of a transaction on a partition needs it: once the partition's producer state
-holds the producer's open transaction, later batches are checked locally.
+holds the producer's open transaction at the batch's epoch, later batches are checked locally
+(a newer epoch is a new transaction under transaction version 2, even if the previous one's
+marker has not arrived yet).
 
 Coordinator errors that a producer should retry (not available, not coordinator, loading,
 no answer) become NOT_ENOUGH_REPLICAS, as in Kafka. Requests of one producer keep their
@@ -92,7 +94,7 @@ async def verify(state: BrokerState, request: Any, implicit: ImplicitAdd) -> Ver
             log = state.partition_log(topic.name, data.index)
             if log is None or not state.is_local_leader(topic.name, data.index):
                 continue  # answered by the append path (unknown partition / not leader)
-            if not state.producer_states.for_log(log).has_open_transaction(producer_id):
+            if not state.producer_states.for_log(log).in_open_transaction(producer_id, epoch):
                 needed.append((topic.name, data.index))
     if not needed:
         return {}
@@ -108,7 +110,7 @@ async def confirm_offsets_partition(
     group's ``__consumer_offsets`` partition must be in it (added for transaction version 2).
     Retriable coordinator trouble is COORDINATOR_NOT_AVAILABLE, which clients retry."""
     log = state.partition_log(*partition)
-    if log is not None and state.producer_states.for_log(log).has_open_transaction(producer_id):
+    if log is not None and state.producer_states.for_log(log).in_open_transaction(producer_id, epoch):
         return ErrorCode.none
     codes = await _ask_coordinator(state, transactional_id, producer_id, epoch, [partition], implicit)
     code = codes.get(partition, ErrorCode.unknown_server_error)
