@@ -303,9 +303,7 @@ async def _nothing(s: Scenario) -> None:
 
 
 #: The scenarios the suite's short form runs on broker_min (all of them with --chaos-long), each
-#: once with kafkakit: ~2.5 minutes on top of the Kafka form's ~6. Not the transaction
-#: coordinator's while it is an expected failure (``BROKER_MIN_XFAIL``): failing, it spends the
-#: checker's two-minute wait for the copier.
+#: once with kafkakit: ~3 minutes on top of the Kafka form's ~6.
 BROKER_MIN_SHORT = frozenset({
     "test_leader_killed_again_and_again",
     "test_active_controller_killed",
@@ -315,6 +313,7 @@ BROKER_MIN_SHORT = frozenset({
     "test_group_coordinator_fails_during_a_rebalance",
     "test_leader_comes_back_on_another_port",
     "test_bootstrap_list_with_a_dead_node",
+    "test_transaction_coordinator_fails_inside_transactions",
     "test_unclean_election_truncation_is_detected",
 })  # fmt: skip
 
@@ -333,19 +332,9 @@ class ExpectedFailure:
 
 
 #: Scenarios broker_min cannot pass yet (applied by :func:`expected_failures`).
-BROKER_MIN_XFAIL: dict[str, ExpectedFailure] = {
-    "test_transaction_coordinator_fails_inside_transactions": ExpectedFailure(
-        "broker_min cluster mode: a partition leader that is not the transaction coordinator skips the "
-        "coordinator check of a transactional Produce whenever the producer has an open transaction in the "
-        "partition (handlers/txn_verification.py verify: has_open_transaction(producer_id), any epoch); with "
-        "transaction version 2 the next transaction's first batch often arrives before the previous one's "
-        "marker, so it joins the old transaction there and is never added to the new one: that marker commits "
-        "it early, or no marker ever comes (the partition's LSO stalls), and the copier loses records; "
-        "kafkakit only (transaction version 2); not strict: it depends on timing",
-        frozenset({"kafkakit"}),
-        strict=False,
-    ),
-}
+BROKER_MIN_XFAIL: dict[str, ExpectedFailure] = {}
+# (Empty since the transaction-coordinator scenario passes: TxnOffsetCommit across coordinators
+# (dbdab2e) and the per-epoch transaction verification on remote leaders were fixed.)
 
 
 @pytest.fixture(autouse=True)
