@@ -52,9 +52,7 @@ from kafkakit.broker.security.authorizer import InvalidAclError
 
 from .acl_control import AclControlManager, AclCreateResult, AclDeleteResult
 from .api_types import (
-    ConfigOp,
     ConfigResource,
-    ControllerError,
     ControllerSettings,
     CreateTopicResult,
     DeleteTopicResult,
@@ -65,7 +63,6 @@ from .api_types import (
     NewPartitions,
     NewTopic,
     NotControllerError,
-    TopicConfig,
 )
 from .cluster_control import ClusterControlManager
 from .config_control import ConfigControlManager
@@ -384,20 +381,4 @@ class QuorumController:
             return results
 
 
-__all__ = [
-    "ConfigOp",
-    "ConfigResource",
-    "ControllerError",
-    "ControllerSettings",
-    "CreateTopicResult",
-    "DeleteTopicResult",
-    "HeartbeatReply",
-    "IsrChange",
-    "IsrChangeResult",
-    "NamedResult",
-    "NewPartitions",
-    "NewTopic",
-    "NotControllerError",
-    "QuorumController",
-    "TopicConfig",
-]
+__all__ = ["QuorumController"]

@@ -28,7 +28,7 @@ from kafkakit.broker.security.authorizer import InvalidAclError
 from kafkakit.protocol.build import make_response
 from kio.schema.errors import ErrorCode
 
-from .quorum_controller import (
+from .api_types import (
     ConfigOp,
     ConfigResource,
     ControllerError,
@@ -36,8 +36,8 @@ from .quorum_controller import (
     IsrChange,
     NewPartitions,
     NewTopic,
-    QuorumController,
 )
+from .quorum_controller import QuorumController
 from .scram_control import ScramDeletion, ScramUpsertion
 
 CREATE_TOPICS = 19
