@@ -464,19 +464,40 @@ class TaskTransaction:
             log.info("batch %s of %s already decided: skipping task %s", task.batch, task.scope, task)
             return False
         failpoint("write.before_init", task.batch, task.partition, task.attempt)
-        producer = await self._kept_producer(view.state(task.scope))
-        if producer is None:
-            producer = Producer(
-                bootstrap_servers=config.bootstrap_servers,
-                client_id=config.client_id,
-                transactional_id=self.transactional_id,
-                transaction_timeout_ms=config.transaction_timeout_ms,
-                **config.producer_settings,
-                **config.client_security(),
-            )
-            await producer.start()
-            self._producer = producer
-            await producer.init_transactions()  # aborts whatever this id left open
+        kept = await self._kept_producer(view.state(task.scope))
+        if kept is not None:
+            try:
+                await self._begin(kept)
+                return True
+            except KafkaError as exc:
+                # The DONE state cannot tell that an undecided attempt of a later batch ran this
+                # id on another worker (a query stopped mid-batch, then restarted while Spark's
+                # Python workers lived on): that InitProducerId fenced the kept producer. A
+                # fresh producer's init_transactions ends whatever the id left open.
+                log.info(
+                    "the kept producer of %s cannot go on (%s): starting a fresh one",
+                    self.transactional_id,
+                    exc,
+                )
+                self._producer = None
+                await kept.stop()
+        producer = Producer(
+            bootstrap_servers=config.bootstrap_servers,
+            client_id=config.client_id,
+            transactional_id=self.transactional_id,
+            transaction_timeout_ms=config.transaction_timeout_ms,
+            **config.producer_settings,
+            **config.client_security(),
+        )
+        await producer.start()
+        self._producer = producer
+        await producer.init_transactions()  # aborts whatever this id left open
+        await self._begin(producer)
+        return True
+
+    async def _begin(self, producer: Producer) -> None:
+        """Begin the task's transaction and deliver its marker to the control topic."""
+        config, task = self.config, self.task
         self._producer = producer
         self._started_ms = _now_ms()
         producer.begin_transaction()
@@ -492,7 +513,6 @@ class TaskTransaction:
                 config.control_topic, json.dumps(marker).encode(), key=marker_key(task).encode(), partition=0
             )
         )
-        return True
 
     async def _kept_producer(self, state: Mapping[str, Any] | None) -> Producer | None:
         """This id's producer kept by an earlier task of this worker, ready for a new transaction."""

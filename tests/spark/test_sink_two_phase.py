@@ -312,3 +312,27 @@ def test_a_kept_producer_is_not_reused_after_another_worker_ran_its_id(broker: R
     _on_worker_loop(commit_batch(config, "q", 2, writes))  # type: ignore[arg-type]
     values, closed = asyncio.run(_committed(broker.bootstrap_servers, out))
     assert values == sorted(_rows(0, 0) + _rows(1, 0) + _rows(2, 0)) and closed
+
+
+def test_a_kept_producer_fenced_by_an_undecided_attempt_elsewhere_is_replaced(broker: RunningBroker) -> None:
+    """Batch 0 committed here; batch 1 of the partition prepared on another worker, never decided
+    (the query was stopped), then aborted by the driver; the restarted query runs batch 1 here.
+
+    The scope's DONE state still names this worker's transaction, but the other worker's
+    InitProducerId moved the id's epoch on: the kept producer is fenced at its first request,
+    and the task must carry on with a fresh producer instead of failing (the CI failure of
+    examples/spark_exactly_once.py, where Spark's Python workers outlive a stopped query).
+    """
+    config, out = asyncio.run(_setup(broker.bootstrap_servers))
+    task = TaskIds("q", 0, 0, 0)
+    writes = [_on_worker_loop(_task(config, out, task, _rows(0, 0)))]
+    _on_worker_loop(commit_batch(config, "q", 0, writes))  # type: ignore[arg-type]
+    kept = _kept(config, task)
+    stopped = [asyncio.run(_task(config, out, TaskIds("q", 1, 0, 0), _rows(1, 0)))]  # another worker
+    asyncio.run(abort_batch(config, "q", 1, stopped))
+    rerun = [_on_worker_loop(_task(config, out, TaskIds("q", 1, 0, 0), _rows(7, 0)))]
+    now_kept = _kept(config, task)
+    assert kept is None or now_kept is not kept  # the fenced one was stopped, a fresh one ran
+    _on_worker_loop(commit_batch(config, "q", 1, rerun))  # type: ignore[arg-type]
+    values, closed = asyncio.run(_committed(broker.bootstrap_servers, out))
+    assert values == sorted(_rows(0, 0) + _rows(7, 0)) and closed
