@@ -17,8 +17,9 @@ from .errors import (
     LogStorageError,
     OffsetOutOfRange,
 )
+from .layout import is_valid_topic_name, parse_partition_dir
 from .manager import LogManager
-from .partition import AppendedBatch, AppendResult, PartitionLog, is_valid_topic_name, parse_partition_dir
+from .partition import AppendedBatch, AppendResult, PartitionLog
 from .records import check_record_set_keys
 from .segment import FileSlice, LogSegment, raise_descriptor_limit
 

@@ -15,7 +15,8 @@ from .checkpoint import (
 )
 from .config import LogConfig
 from .errors import InvalidPartitionDirectoryError, LogError
-from .partition import PartitionLog, is_valid_topic_name, parse_partition_dir, partition_dir_name
+from .layout import is_valid_topic_name, parse_partition_dir, partition_dir_name
+from .partition import PartitionLog
 
 logger = logging.getLogger(__name__)
 

@@ -38,7 +38,6 @@ restarts an empty log at the leader's log start.
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 import time
 from bisect import bisect_left, bisect_right
@@ -47,65 +46,39 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from crc32c import crc32c
-
 from .batch import (
-    ATTRIBUTES_OFFSET,
     CONTROL_BIT,
-    HEADER_SIZE,
     LOG_OVERHEAD,
     TRANSACTIONAL_BIT,
     BatchHeader,
     check_batches,
     log_append_time_header,
     offset_header,
-    read_batch_header,
-    structural_problem,
 )
 from .checkpoint import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_FILE,
     RECOVERY_POINT_FILE,
-    TMP_SUFFIX,
     fsync_path,
     read_offset_checkpoint,
     write_offset_checkpoint,
 )
 from .config import LogConfig
 from .errors import (
-    CORRUPT_MESSAGE,
-    InvalidBatchError,
     InvalidPartitionDirectoryError,
     LogError,
     LogStorageError,
     OffsetOutOfRange,
 )
+from .layout import parse_partition_dir
 from .leader_epochs import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
-from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, BytesLike, FileSlice, LogSegment
+from .recovery import fetched_batches, load_segments, remove_strays
+from .segment import BytesLike, FileSlice, LogSegment
 from .swap import SWAP_SUFFIX, recover_swaps, swap_failpoint
 
 logger = logging.getLogger(__name__)
 
-_TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
-_SEGMENT_RE = re.compile(r"(\d{20})\.log")
 _OFFSET_HEADER_SIZE = 16  # baseOffset, batchLength, partitionLeaderEpoch: outside the CRC
-
-
-def parse_partition_dir(name: str) -> tuple[str, int] | None:
-    """``("my-topic", 3)`` for ``"my-topic-3"``; None if the name is not a partition directory."""
-    topic, sep, number = name.rpartition("-")
-    if not sep or not number.isdigit() or not is_valid_topic_name(topic):
-        return None
-    return topic, int(number)
-
-
-def is_valid_topic_name(topic: str) -> bool:
-    """Kafka's rule: 1-249 characters of ``[A-Za-z0-9._-]``, and not "." or ".."."""
-    return bool(_TOPIC_RE.fullmatch(topic)) and topic not in (".", "..")
-
-
-def partition_dir_name(topic: str, partition: int) -> str:
-    return f"{topic}-{partition}"
 
 
 class AppendedBatch(NamedTuple):
@@ -211,12 +184,12 @@ class PartitionLog:
         swapped = recover_swaps(directory)
         if swapped:
             clean = False  # re-verify the swapped-in segments and rebuild their indexes
-        _remove_strays(directory)
+        remove_strays(directory)
         recovery_point = read_offset_checkpoint(directory / RECOVERY_POINT_FILE, topic, partition) or 0
         if swapped:
             recovery_point = min([recovery_point, *swapped])
         stored_start = read_offset_checkpoint(directory / LOG_START_OFFSET_FILE, topic, partition)
-        segments = _load_segments(directory, config, now, clean=clean, recovery_point=recovery_point)
+        segments = load_segments(directory, config, now, clean=clean, recovery_point=recovery_point)
         if segments:
             segments[-1].open_for_append()
         else:
@@ -400,7 +373,7 @@ class PartitionLog:
         view = memoryview(data)
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
-        checked = _fetched_batches(view, self.log_end_offset)
+        checked = fetched_batches(view, self.log_end_offset)
         if not checked:
             if high_watermark is not None:
                 self.update_high_watermark(high_watermark)
@@ -496,7 +469,9 @@ class PartitionLog:
             segment = LogSegment.create(self.directory, active.next_offset, self.config, now)
         except OSError as exc:
             LogSegment(self.directory, active.next_offset, self.config, now).delete()
-            raise LogStorageError(f"rolling a new segment of {self.topic}-{self.partition} failed: {exc}") from exc
+            raise LogStorageError(
+                f"rolling a new segment of {self.topic}-{self.partition} failed: {exc}"
+            ) from exc
         try:
             active.seal()
         except OSError as exc:
@@ -688,7 +663,9 @@ class PartitionLog:
                 write_offset_checkpoint(path, self.topic, self.partition, log_end, fsync=True)
             except OSError as exc:
                 path.unlink(missing_ok=True)
-                logger.error("writing %s of %s-%d failed (%s): removed it", path.name, self.topic, self.partition, exc)
+                logger.error(
+                    "writing %s of %s-%d failed (%s): removed it", path.name, self.topic, self.partition, exc
+                )
 
     def replace_segments(self, old: list[LogSegment], new: LogSegment) -> bool:
         """Swap the sealed segments ``old`` (consecutive, still in the log) for their cleaned copy
@@ -745,7 +722,9 @@ class PartitionLog:
         if self._epochs.dirty:  # the epochs of the batches the recovery point moves past
             self._epochs.write()
         log_end = self.log_end_offset
-        write_offset_checkpoint(self.directory / RECOVERY_POINT_FILE, self.topic, self.partition, log_end, fsync=True)
+        write_offset_checkpoint(
+            self.directory / RECOVERY_POINT_FILE, self.topic, self.partition, log_end, fsync=True
+        )
         self.recovery_point = log_end
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms if now_ms is not None else _now_ms()
@@ -797,61 +776,3 @@ class PartitionLog:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _fetched_batches(view: memoryview, log_end: int) -> list[tuple[int, BatchHeader]]:
-    """``(position, header)`` of the whole batches of a leader's Fetch answer, checked as a
-    follower checks them (structure, CRC-32C, offsets from ``log_end`` on and increasing);
-    a partial last batch is left out.  Compacted batches (record counts below the offset
-    span, even empty ones) are fine here, unlike in a produced record set."""
-    batches: list[tuple[int, BatchHeader]] = []
-    pos, end, expected = 0, len(view), log_end
-    while end - pos >= HEADER_SIZE:
-        header = read_batch_header(view, pos)
-        size = header.size
-        if size > end - pos:
-            break  # cut by the leader's size limit
-        problem = structural_problem(header)
-        if problem is not None:
-            raise InvalidBatchError(CORRUPT_MESSAGE, f"fetched batch at byte {pos}: {problem}")
-        if crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) != header.crc:
-            raise InvalidBatchError(CORRUPT_MESSAGE, f"fetched batch at byte {pos} fails its CRC-32C check")
-        if header.base_offset < expected:
-            raise InvalidBatchError(
-                CORRUPT_MESSAGE,
-                f"fetched batch at offset {header.base_offset} does not follow offset {expected - 1}",
-            )
-        batches.append((pos, header))
-        expected = header.last_offset + 1
-        pos += size
-    return batches
-
-
-def _remove_strays(directory: Path) -> None:
-    """Drop leftovers of interrupted writes: temp files and indexes without a log file."""
-    for path in directory.iterdir():
-        if path.name.endswith(TMP_SUFFIX):
-            path.unlink(missing_ok=True)
-        elif path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and not path.with_suffix(LOG_SUFFIX).exists():
-            path.unlink(missing_ok=True)
-
-
-def _load_segments(
-    directory: Path, config: LogConfig, now: int, *, clean: bool, recovery_point: int
-) -> list[LogSegment]:
-    bases = sorted(int(m.group(1)) for p in directory.iterdir() if (m := _SEGMENT_RE.fullmatch(p.name)))
-    segments: list[LogSegment] = []
-    for i, base in enumerate(bases):
-        following = bases[i + 1] if i + 1 < len(bases) else None
-        recover = not clean and (following is None or following > recovery_point)
-        segment = LogSegment.load(directory, base, config, now, recover=recover)
-        segments.append(segment)
-        if following is not None and segment.truncated_bytes:
-            # Data after a corrupt batch cannot be trusted to line up: drop the later segments.
-            for later in bases[i + 1 :]:
-                logger.warning(
-                    "deleting segment %020d of %s after corruption in an earlier one", later, directory
-                )
-                LogSegment(directory, later, config, now).delete()
-            break
-    return segments
