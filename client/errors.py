@@ -83,6 +83,11 @@ class UnsupportedVersionError(KafkaError):
     """No protocol version is supported by both the client and the broker."""
 
 
+class GroupProtocolUnsupportedError(UnsupportedVersionError):
+    """The group coordinator does not speak KIP-848's consumer group protocol
+    (no ConsumerGroupHeartbeat, or UNSUPPORTED_VERSION): use ``group_protocol="classic"``."""
+
+
 class CorruptRecordError(KafkaError):
     """A record batch failed its CRC or could not be decoded."""
 

@@ -32,6 +32,7 @@ from kafkakit.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimesta
 from .assignors import CooperativeStickyAssignor, RangeAssignor
 from .fetcher import Deserializer, Fetcher, FetcherConfig
 from .group import GroupConfig, GroupCoordinator, GroupMetadata, check_assignors
+from .group_config import GROUP_PROTOCOLS, REMOTE_ASSIGNORS
 from .instrumentation import ConsumeHook, run_consume_hooks
 from .instrumentation import attach as attach_metrics
 from .offsets import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED, list_offsets
@@ -90,6 +91,12 @@ class Consumer:
     ``max_poll_interval_ms``), ``max_poll_interval_ms``, ``enable_auto_commit``,
     ``auto_commit_interval_ms`` and ``leave_group_on_close`` (default: True for
     dynamic members, False for static ones).
+
+    ``group_protocol="consumer"`` joins with KIP-848's protocol (the broker
+    assigns, no stop-the-world rebalance; docs/groups.md), with
+    ``group_remote_assignor`` (None: the broker's default, ``"uniform"`` or
+    ``"range"``); the classic-only settings ``partition_assignment_strategy``,
+    ``session_timeout_ms`` and ``heartbeat_interval_ms`` are refused with it.
     """
 
     def __init__(
@@ -100,11 +107,13 @@ class Consumer:
         group_id: str | None = None,
         group_instance_id: str | None = None,
         partition_assignment_strategy: Any = None,
-        session_timeout_ms: int = 45000,
-        heartbeat_interval_ms: int = 3000,
+        session_timeout_ms: int | None = None,
+        heartbeat_interval_ms: int | None = None,
         rebalance_timeout_ms: int | None = None,
         max_poll_interval_ms: int = 300000,
         leave_group_on_close: bool | None = None,
+        group_protocol: str = "classic",
+        group_remote_assignor: str | None = None,
         key_deserializer: Deserializer | None = None,
         value_deserializer: Deserializer | None = None,
         fetch_max_wait_ms: int = 500,
@@ -166,6 +175,8 @@ class Consumer:
             request_timeout_ms,
             retry_backoff_ms,
             default_api_timeout_ms,
+            group_protocol,
+            group_remote_assignor,
         )
         self._isolation_level = _ISOLATION_LEVELS[isolation_level]
         self._request_timeout = request_timeout_ms / 1000
@@ -247,8 +258,39 @@ class Consumer:
         request_timeout_ms: int,
         retry_backoff_ms: Any,
         default_api_timeout_ms: int,
+        group_protocol: Any = "classic",
+        group_remote_assignor: Any = None,
     ) -> GroupConfig | None:
         """Validate the group settings (None without a group_id)."""
+        if group_protocol not in GROUP_PROTOCOLS:
+            raise KafkaConfigError("group_protocol", f"must be one of {GROUP_PROTOCOLS}, got {group_protocol!r}")
+        if group_protocol == "consumer":
+            # As the Java client: the broker assigns and times sessions out, so these mean nothing.
+            for setting, value in (
+                ("partition_assignment_strategy", strategy),
+                ("session_timeout_ms", session_timeout_ms),
+                ("heartbeat_interval_ms", heartbeat_interval_ms),
+            ):
+                if value is not None:
+                    raise KafkaConfigError(
+                        setting,
+                        'is a classic group protocol setting and cannot be set with group_protocol="consumer" '
+                        "(the broker assigns partitions and sets the heartbeat interval and session timeout; "
+                        "use group_remote_assignor and the group configs group.consumer.*)",
+                    )
+            if group_remote_assignor is not None and group_remote_assignor not in REMOTE_ASSIGNORS:
+                raise KafkaConfigError(
+                    "group_remote_assignor",
+                    f"must be None (the broker's default) or one of {REMOTE_ASSIGNORS}, got {group_remote_assignor!r}",
+                )
+        elif group_remote_assignor is not None:
+            raise KafkaConfigError(
+                "group_remote_assignor", 'needs group_protocol="consumer" (classic groups assign on the client)'
+            )
+        if session_timeout_ms is None:
+            session_timeout_ms = 45000
+        if heartbeat_interval_ms is None:
+            heartbeat_interval_ms = 3000
         if group_instance_id is not None and (
             not isinstance(group_instance_id, str) or not group_instance_id
         ):
@@ -293,6 +335,8 @@ class Consumer:
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
             default_api_timeout_ms=default_api_timeout_ms,
+            group_protocol=group_protocol,
+            group_remote_assignor=group_remote_assignor,
         )
 
     # -- lifecycle -------------------------------------------------------

@@ -12,6 +12,8 @@ membership, each in its own module:
   Heartbeat, LeaveGroup; eager and cooperative rebalances; static membership),
   its main loop and heartbeat loop, with :mod:`.classic_assignment` (the
   subscriptions members offer and the leader's assignment);
+- :mod:`.consumer_membership`: KIP-848's consumer protocol (``group_protocol="consumer"``:
+  ConsumerGroupHeartbeat, member epochs, broker-side assignment, revoke-before-assign);
 - :mod:`.offset_commits`: OffsetCommit, OffsetFetch and auto-commit.
 """
 
@@ -28,6 +30,7 @@ from kafkakit.structs import OffsetAndMetadata, TopicPartition
 # tests import _without_transfers from here
 from .classic_assignment import without_transfers as _without_transfers  # noqa: F401
 from .classic_membership import PROTOCOL_TYPE, ClassicMembership, MemberState
+from .consumer_membership import ConsumerMembership
 from .coordinator import CoordinatorConnection
 from .fetcher import Fetcher
 from .group_config import NO_GENERATION, GroupConfig, GroupMetadata, check_assignors
@@ -54,7 +57,10 @@ class GroupCoordinator:
         self, cluster: Cluster, subscription: SubscriptionState, fetcher: Fetcher, config: GroupConfig
     ) -> None:
         self._link = CoordinatorConnection(cluster, config)
-        self._membership = ClassicMembership(cluster, subscription, fetcher, config, self._link)
+        membership = ConsumerMembership if config.group_protocol == "consumer" else ClassicMembership
+        self._membership: ClassicMembership | ConsumerMembership = membership(
+            cluster, subscription, fetcher, config, self._link
+        )
         self._offsets = self._membership.offsets
         #: The application took a record outside getmany/getone (``async for``): it is alive.
         #: (The membership's own method: ``async for`` calls it for every record.)
@@ -147,6 +153,11 @@ class GroupCoordinator:
     @property
     def member_id(self) -> str:
         return self._membership.member_id
+
+    @property
+    def group_protocol(self) -> str:
+        """``"classic"`` or ``"consumer"`` (KIP-848)."""
+        return "consumer" if isinstance(self._membership, ConsumerMembership) else "classic"
 
     @property
     def protocol_name(self) -> str | None:

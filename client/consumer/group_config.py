@@ -17,6 +17,11 @@ from .assignors import PartitionAssignor, assignor_from_name
 #: The generation of no member: commits of a consumer outside group management carry it.
 NO_GENERATION = -1
 
+#: The group protocols a consumer speaks (``group_protocol``).
+GROUP_PROTOCOLS = ("classic", "consumer")
+#: The broker-side assignors of Apache Kafka's KIP-848 coordinator (``group_remote_assignor``).
+REMOTE_ASSIGNORS = ("uniform", "range")
+
 
 @dataclass(frozen=True, slots=True)
 class GroupMetadata:
@@ -48,6 +53,11 @@ class GroupConfig:
     #: How long commit(), committed() and the coordinator lookup keep retrying, each attempt
     #: bounded by request_timeout_ms (Java's default.api.timeout.ms).
     default_api_timeout_ms: int = 60000
+    #: "classic" (JoinGroup/SyncGroup, :mod:`.classic_membership`) or "consumer"
+    #: (KIP-848's ConsumerGroupHeartbeat, :mod:`.consumer_membership`).
+    group_protocol: str = "classic"
+    #: The broker-side assignor a "consumer" group member asks for (None: the broker's default).
+    group_remote_assignor: str | None = None
 
     @property
     def api_timeout(self) -> float:

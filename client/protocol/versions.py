@@ -14,15 +14,18 @@ CLIENT_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.FETCH: (4, 17),  # 13+ name topics by id; 16 adds KIP-951 leader hints
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (1, 12),
-    ApiKey.OFFSET_COMMIT: (2, 8),
+    ApiKey.OFFSET_COMMIT: (2, 9),  # 9: KIP-848 member epochs (required of "consumer" group members)
     ApiKey.OFFSET_FETCH: (1, 7),
     ApiKey.FIND_COORDINATOR: (0, 3),
     ApiKey.JOIN_GROUP: (0, 7),
     ApiKey.HEARTBEAT: (0, 4),
     ApiKey.LEAVE_GROUP: (0, 5),
     ApiKey.SYNC_GROUP: (0, 5),
+    # KIP-848 consumer groups; v1: the client generates its member id (KIP-1082).
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (1, 1),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
-    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.LIST_GROUPS: (0, 5),  # 5: types filter and group_type (KIP-848)
     ApiKey.API_VERSIONS: (0, 3),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
