@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kafkakit.broker.log import LogError, PartitionLog
 from kafkakit.broker.metadata import PartitionRegistration
+from kafkakit.broker.peer_connection import BrokerConnection
 from kafkakit.protocol.build import make_request
 from kafkakit.records import build_control_batch
 from kio.schema.errors import ErrorCode
@@ -37,7 +38,6 @@ from .offsets_topic import OFFSETS_TOPIC
 if TYPE_CHECKING:
     from kafkakit.broker.coordinators.group_coordinator import GroupCoordinator
     from kafkakit.broker.producer_state import ProducerStateRegistry
-    from kafkakit.broker.replication.connection import BrokerConnection
 
 log = logging.getLogger("kafkakit.broker")
 
@@ -81,7 +81,9 @@ class LocalMarkers:
     ``leadership`` decides which partitions those are; it is the host unless replaced.
     """
 
-    def __init__(self, host: MarkerLogHost, producer_states: ProducerStateRegistry, groups: GroupCoordinator) -> None:
+    def __init__(
+        self, host: MarkerLogHost, producer_states: ProducerStateRegistry, groups: GroupCoordinator
+    ) -> None:
         self._host = host
         self._producer_states = producer_states
         self._groups = groups
@@ -165,9 +167,6 @@ class NodeChannel:
         self._locks: dict[int, asyncio.Lock] = {}
 
     async def send(self, node_id: int, request: Any, timeout: float) -> Any:
-        # Imported here: the replication package imports BrokerState, which imports this module.
-        from kafkakit.broker.replication.connection import BrokerConnection
-
         lock = self._locks.setdefault(node_id, asyncio.Lock())
         async with lock:
             connection = self._connections.get(node_id)
@@ -206,7 +205,9 @@ class RemoteMarkers:
         try:
             response = await self.channel.send(leader, write_txn_markers_request(spec, wanted), self.timeout)
         except (OSError, EOFError, TimeoutError) as exc:
-            log.warning("transaction markers to node %d for %d partition(s) failed: %r", leader, len(wanted), exc)
+            log.warning(
+                "transaction markers to node %d for %d partition(s) failed: %r", leader, len(wanted), exc
+            )
             return dict.fromkeys(wanted, ErrorCode.network_exception)
         answers = {
             (topic.name, p.partition_index): p.error_code

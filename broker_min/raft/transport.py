@@ -22,21 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import struct
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from kafkakit.protocol import (
-    decode_request,
-    decode_request_header,
-    decode_response,
-    encode_request,
-    encode_response,
-)
+from kafkakit.protocol import decode_request, decode_request_header, encode_response
 from kafkakit.protocol.build import make_response
 
+from ..peer_connection import PipelinedConnection
 from . import messages as m
 from .config import Voter
 from .node import RaftNode
@@ -148,67 +142,12 @@ class RaftServer:
         return await self.node.handle(api_key, decode_request(header, body))
 
 
-class _PeerConnection:
-    """One client connection to a peer: requests pipelined, responses matched by correlation id."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.pending: dict[int, tuple[int, int, asyncio.Future[Any]]] = {}
-        self.correlation = itertools.count(1)
-        self.reader_task = asyncio.create_task(self._read())
-
-    @property
-    def alive(self) -> bool:
-        return not self.reader_task.done() and not self.writer.is_closing()
-
-    async def _read(self) -> None:
-        error: BaseException = ConnectionResetError("connection to peer closed")
-        try:
-            while True:
-                size = _SIZE.unpack(await self.reader.readexactly(4))[0]
-                body = await self.reader.readexactly(size)
-                (correlation_id,) = _SIZE.unpack_from(body, 0)
-                entry = self.pending.pop(correlation_id, None)
-                if entry is None:
-                    continue  # the request timed out; a late answer is dropped
-                api_key, version, future = entry
-                if not future.done():
-                    future.set_result(decode_response(api_key, version, body)[1])
-        except (asyncio.IncompleteReadError, OSError) as exc:
-            error = ConnectionResetError(f"connection to peer lost: {exc!r}")
-        except asyncio.CancelledError:
-            pass
-        finally:
-            for _, _, future in self.pending.values():
-                if not future.done():
-                    future.set_exception(error)
-            self.pending.clear()
-            self.writer.transport.abort()
-
-    async def request(self, request: Any) -> Any:
-        cls = type(request)
-        correlation_id = next(self.correlation)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.pending[correlation_id] = (int(cls.__api_key__), int(cls.__version__), future)
-        try:
-            self.writer.write(encode_request(correlation_id, "kafkakit-raft", request))
-            await self.writer.drain()
-            return await future
-        finally:
-            self.pending.pop(correlation_id, None)
-
-    async def close(self) -> None:
-        self.reader_task.cancel()
-        await asyncio.gather(self.reader_task, return_exceptions=True)
-
-
 class RaftPeers:
     """The client side of the transport (implements :class:`~.node.Transport`)."""
 
     def __init__(self, voters: Mapping[int, Voter]) -> None:
         self.voters = dict(voters)
-        self._connections: dict[int, _PeerConnection] = {}
+        self._connections: dict[int, PipelinedConnection] = {}
         self._connecting: dict[int, asyncio.Lock] = {}
         self._closed = False
 
@@ -220,7 +159,7 @@ class RaftPeers:
             connection = await self._connection(peer_id)
             return await connection.request(request)
 
-    async def _connection(self, peer_id: int) -> _PeerConnection:
+    async def _connection(self, peer_id: int) -> PipelinedConnection:
         lock = self._connecting.setdefault(peer_id, asyncio.Lock())
         async with lock:
             connection = self._connections.get(peer_id)
@@ -231,7 +170,7 @@ class RaftPeers:
             if self._closed:
                 writer.transport.abort()
                 raise ConnectionRefusedError("raft transport is closed")
-            connection = self._connections[peer_id] = _PeerConnection(reader, writer)
+            connection = self._connections[peer_id] = PipelinedConnection(reader, writer, "kafkakit-raft")
             return connection
 
     async def close(self) -> None:

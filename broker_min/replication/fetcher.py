@@ -35,11 +35,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kafkakit.broker.log import LogError, read_batch_header
+from kafkakit.broker.peer_connection import BrokerConnection
 from kafkakit.protocol.build import make_request
 from kafkakit.records.header import HEADER_SIZE
 from kio.schema.errors import ErrorCode
 
-from .connection import BrokerConnection
 from .settings import ReplicationSettings
 
 if TYPE_CHECKING:
@@ -202,7 +202,9 @@ class FollowerFetcher:
         return self._connection
 
     def _delay(self, fetch: FetchState) -> None:
-        fetch.delayed_until = asyncio.get_running_loop().time() + self.settings.replica_fetch_backoff_ms / 1000
+        fetch.delayed_until = (
+            asyncio.get_running_loop().time() + self.settings.replica_fetch_backoff_ms / 1000
+        )
 
     def _current(self, topic: str, partition: int, sent: dict[Key, FetchState]) -> FetchState | None:
         """The partition's state if it is still the one the request was made for."""
@@ -231,7 +233,11 @@ class FollowerFetcher:
                 continue
             sent[fetch.key] = fetch
             topics.setdefault(fetch.topic, []).append(
-                {"partition": fetch.partition, "current_leader_epoch": fetch.leader_epoch, "leader_epoch": epoch}
+                {
+                    "partition": fetch.partition,
+                    "current_leader_epoch": fetch.leader_epoch,
+                    "leader_epoch": epoch,
+                }
             )
         if not topics:
             return
