@@ -59,6 +59,10 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 100
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
+    # KIP-848 consumer groups (Kafka's group.consumer.* names and defaults).
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5000
+    group_consumer_max_size: int = 2**31 - 1
     # Kafka's default is 50; one partition is plenty for a single node.
     offsets_topic_num_partitions: int = 1
     # KIP-227: how many incremental fetch sessions the broker keeps (0 disables them).
@@ -166,6 +170,9 @@ class BrokerConfig:
             self.group_min_session_timeout_ms,
             2**31 - 1,
         )
+        _check_range("group_consumer_session_timeout_ms", self.group_consumer_session_timeout_ms, 1, 2**31 - 1)
+        _check_range("group_consumer_heartbeat_interval_ms", self.group_consumer_heartbeat_interval_ms, 1, 2**31 - 1)
+        _check_range("group_consumer_max_size", self.group_consumer_max_size, 1, 2**31 - 1)
         _check_range("offsets_topic_num_partitions", self.offsets_topic_num_partitions, 1, 2**31 - 1)
         _check_range("transaction_version", self.transaction_version, 0, 2)
         _check_range(

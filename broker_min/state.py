@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.config import BrokerConfig
+from kafkakit.broker.coordinators.consumer_group_protocol import ConsumerSettings
 from kafkakit.broker.coordinators.group_coordinator import GroupCoordinator, GroupSettings
 from kafkakit.broker.coordinators.group_records import partition_for_group
 from kafkakit.broker.coordinators.offsets_topic import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIGS, OffsetsTopic
@@ -218,6 +219,7 @@ class BrokerState:
             OffsetsTopic(self, config.offsets_topic_num_partitions, self.producer_states),
             group_settings(config),
         )
+        self.groups.topic_lookup = lambda: {t.name: (t.topic_id, t.num_partitions) for t in self.topics}
         if not config.cluster_mode:
             # In cluster mode a coordinator loads a partition when this node becomes its leader.
             self.groups.load()
@@ -558,6 +560,11 @@ def group_settings(config: BrokerConfig) -> GroupSettings:
         initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
         min_session_timeout_ms=config.group_min_session_timeout_ms,
         max_session_timeout_ms=config.group_max_session_timeout_ms,
+        consumer=ConsumerSettings(
+            session_timeout_ms=config.group_consumer_session_timeout_ms,
+            heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+            max_size=config.group_consumer_max_size,
+        ),
     )
 
 

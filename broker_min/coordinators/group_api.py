@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from .consumer_group_protocol import ConsumerSettings
 from .group import ClassicGroup, GroupState, Protocols
 from .group_records import GroupKey, GroupValue, MemberValue, encode_group_key, encode_group_value
 from .offsets_topic import CoordinatorRecord
@@ -27,6 +28,8 @@ class GroupSettings:
     max_session_timeout_ms: int = 1_800_000
     new_member_join_timeout_ms: int = 300_000
     offset_metadata_max_bytes: int = 4096
+    #: KIP-848 consumer groups (group.consumer.*).
+    consumer: ConsumerSettings = ConsumerSettings()
 
 
 @dataclass(frozen=True, slots=True)

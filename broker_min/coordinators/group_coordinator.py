@@ -7,6 +7,8 @@ module of its own:
 
 - the classic group (JoinGroup/SyncGroup/Heartbeat/LeaveGroup, rebalance timers,
   static members): :mod:`.classic_group_protocol`;
+- the KIP-848 consumer group (ConsumerGroupHeartbeat, ConsumerGroupDescribe, epochs,
+  server-side assignors): :mod:`.consumer_group_protocol`;
 - committed and transactional offsets (Kafka's ``OffsetMetadataManager``):
   :mod:`.group_offsets`; this class delegates OffsetCommit, TxnOffsetCommit and
   OffsetFetch to it.
@@ -31,12 +33,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Iterable, Sequence
 
 from kafkakit.broker.log import LogError
 from kio.schema.errors import ErrorCode
 
 from .classic_group_protocol import ClassicGroupProtocol
+from .consumer_group import ConsumerGroup
+from .consumer_group_protocol import (
+    ConsumerGroupProtocol,
+    HeartbeatRequest,
+    HeartbeatResult,
+    TopicLookup,
+    group_state,
+)
 from .group import (
     ClassicGroup,
     GroupState,
@@ -96,6 +107,17 @@ class GroupCoordinator:
             self.coordinator_error,
         )
         self._loader = GroupLoader(store, self._tables, self._on_unloaded)
+        #: KIP-848 consumer groups; ``topic_lookup`` (set by the broker) lists the cluster's topics.
+        self.consumer_groups: dict[str, ConsumerGroup] = self._tables.consumer_groups
+        self.topic_lookup: TopicLookup = dict
+        self._consumer = ConsumerGroupProtocol(
+            self.consumer_groups, self.groups, settings.consumer, self._timers, self._persist,
+            self.coordinator_error, lambda: self.topic_lookup(),
+        )  # fmt: skip
+        self._offsets.validate_consumer_commit = lambda group, member, epoch, txn, version: (
+            self._consumer.validate_commit(group, member, epoch, transactional=txn, api_version=version)
+        )
+        self._loader.on_loaded = lambda loaded: self._consumer.on_loaded(loaded.consumer_groups.values())
         #: Partitions loaded or loading here (``.loading``, ``.error(partition)``).
         self.partitions = self._loader.partitions
 
@@ -118,6 +140,7 @@ class GroupCoordinator:
 
     def _on_unloaded(self, removed: GroupTables) -> None:
         self._classic.on_unloaded(removed.groups)
+        self._consumer.on_unloaded(removed.consumer_groups)
 
     @property
     def owned_partitions(self) -> frozenset[int]:
@@ -142,7 +165,17 @@ class GroupCoordinator:
     # ==================================================================== the classic group protocol
 
     def join(self, request: JoinRequest) -> asyncio.Future[JoinResult]:
-        """Handle a JoinGroup; the future resolves when the answer is known (maybe after the join phase)."""
+        """Handle a JoinGroup; the future resolves when the answer is known (maybe after the join phase).
+
+        A classic member joining a consumer group: an empty consumer group is converted to a classic
+        one (Kafka's downgrade); a non-empty one answers INCONSISTENT_GROUP_PROTOCOL (mixed groups are
+        not built: Kafka's behaviour with group.consumer.migration.policy=disabled)."""
+        consumer = self.consumer_groups.get(request.group_id)
+        if consumer is not None and self.coordinator_error(request.group_id) is None:
+            if consumer.members or self._consumer.delete(consumer) is not None:
+                done: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+                done.set_result(JoinResult(ErrorCode.inconsistent_group_protocol, ""))
+                return done
         return self._classic.join(request)
 
     def sync(self, request: SyncRequest) -> asyncio.Future[SyncResult]:
@@ -164,6 +197,41 @@ class GroupCoordinator:
         """
         return self._classic.leave(group_id, members)
 
+    # ==================================================================== the KIP-848 consumer group protocol
+
+    def consumer_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat (see :mod:`.consumer_group_protocol`)."""
+        return self._consumer.heartbeat(request)
+
+    def consumer_describe(self, group_ids: Iterable[str]) -> list[tuple[str, ErrorCode, ConsumerGroup | None]]:
+        """ConsumerGroupDescribe: each group, or GROUP_ID_NOT_FOUND / a coordinator error."""
+        out: list[tuple[str, ErrorCode, ConsumerGroup | None]] = []
+        for group_id in group_ids:
+            error = self.coordinator_error(group_id)
+            group = self.consumer_groups.get(group_id)
+            if error is not None:
+                out.append((group_id, error, None))
+            elif group is None:
+                out.append((group_id, ErrorCode.group_id_not_found, None))
+            else:
+                out.append((group_id, ErrorCode.none, group))
+        return out
+
+    def consumer_topic_names(self, group: ConsumerGroup) -> dict[uuid.UUID, str]:
+        """Topic id -> name for describing ``group``'s assignments."""
+        return self._consumer.topic_names(group)
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode | None:
+        """OffsetFetch v9+ of a consumer group member: UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH or None."""
+        group = self.consumer_groups.get(group_id)
+        if group is None:
+            return None
+        return self._consumer.validate_fetch(group, member_id, member_epoch)
+
+    def group_type(self, group_id: str) -> str:
+        """"consumer" for a KIP-848 group, else "classic" (ListGroups v5)."""
+        return "consumer" if group_id in self.consumer_groups else "classic"
+
     # ==================================================================== offsets
 
     def commit_offsets(
@@ -174,10 +242,11 @@ class GroupCoordinator:
         group_instance_id: str | None,
         offsets: Sequence[OffsetToCommit],
         retention_ms: int = -1,
+        api_version: int = 9,
     ) -> list[ErrorCode]:
         """Validate the committer and store ``offsets``; one error code per partition, in order."""
         return self._offsets.commit_offsets(
-            group_id, generation_id, member_id, group_instance_id, offsets, retention_ms
+            group_id, generation_id, member_id, group_instance_id, offsets, retention_ms, api_version
         )
 
     def fetch_offsets(
@@ -223,7 +292,13 @@ class GroupCoordinator:
 
     def list_groups(self, states: Iterable[str] = ()) -> list[tuple[str, str, str]]:
         """(group id, protocol type, state) of every group, optionally only in ``states`` (any case)."""
-        return list_groups(self.groups.values(), states)
+        wanted = {s.lower() for s in states}
+        consumer = [
+            (group_id, "consumer", group_state(group))
+            for group_id, group in self.consumer_groups.items()
+            if not wanted or group_state(group).lower() in wanted
+        ]
+        return list_groups(self.groups.values(), states) + consumer
 
     def delete_groups(self, group_ids: Iterable[str]) -> list[tuple[str, ErrorCode]]:
         """Delete Empty groups and their offsets (tombstones in the log); NON_EMPTY_GROUP otherwise."""
@@ -231,8 +306,11 @@ class GroupCoordinator:
         for group_id in group_ids:
             group = self.groups.get(group_id)
             error = self.coordinator_error(group_id)
+            consumer = self.consumer_groups.get(group_id)
             if error is not None:
                 out.append((group_id, error))
+            elif consumer is not None:
+                out.append((group_id, self._delete_consumer_group(consumer)))
             elif group is None or group.is_in(GroupState.DEAD):
                 out.append((group_id, ErrorCode.group_id_not_found))
             elif not group.is_in(GroupState.EMPTY):
@@ -240,6 +318,20 @@ class GroupCoordinator:
             else:
                 out.append((group_id, self._delete_group(group)))
         return out
+
+    def _delete_consumer_group(self, group: ConsumerGroup) -> ErrorCode:
+        if group.members:
+            return ErrorCode.non_empty_group
+        offsets = self.offsets.get(group.group_id, {})
+        tombstones: list[CoordinatorRecord] = [
+            (encode_offset_key(OffsetKey(group.group_id, topic, partition)), None) for topic, partition in offsets
+        ]
+        error = self._persist(group.group_id, tombstones) if tombstones else None
+        error = error or self._consumer.delete(group)
+        if error is not None:
+            return error
+        self.offsets.pop(group.group_id, None)
+        return ErrorCode.none
 
     def _delete_group(self, group: ClassicGroup) -> ErrorCode:
         group_id = group.group_id

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 
 from kio.schema.errors import ErrorCode
 
+from . import consumer_group_protocol, consumer_group_records
 from .group_offsets import GroupTables
 from .group_records import GroupKey, GroupRecordError, OffsetKey, decode_key
 from .offsets_topic import OFFSETS_TOPIC, OffsetsTopic, StoredMarker, StoredRecord
@@ -44,6 +45,8 @@ class GroupLoader:
         self._store = store
         self._tables = tables
         self._on_unloaded = on_unloaded
+        #: Gets what a load added (the coordinator arms the consumer members' session timeouts).
+        self.on_loaded: Callable[[GroupTables], None] = lambda _loaded: None
         self.partitions = CoordinatorPartitions(OFFSETS_TOPIC)
 
     def load_all(self) -> None:
@@ -57,6 +60,7 @@ class GroupLoader:
             count += replay(loaded, self._store.partition_entries(partition), self._store.partition_for)
             self.partitions.finish_load(partition, token)
             merge(self._tables, loaded)
+            self.on_loaded(loaded)
         if count:
             tables = self._tables
             log.info(
@@ -95,6 +99,7 @@ class GroupLoader:
         if not done or not self.partitions.finish_load(partition, token):
             return False
         merge(self._tables, loaded)
+        self.on_loaded(loaded)
         log.info(
             "loaded %s-%d at epoch %d: %d group(s), %d with committed offsets",
             OFFSETS_TOPIC, partition, epoch, len(loaded.groups), len(loaded.offsets),
@@ -155,6 +160,14 @@ def apply_record(tables: GroupTables, entry: StoredRecord) -> None:
                 tables.replay_offset(key, entry.value, entry.offset)
         elif isinstance(key, GroupKey):
             tables.replay_group(key, entry.value)
+        else:
+            consumer_key = consumer_group_records.decode_key(entry.key)
+            if consumer_key is not None:  # a KIP-848 consumer group record
+                value = consumer_group_protocol.decode_value(consumer_key, entry.value)
+                consumer_group_protocol.replay(tables.consumer_groups, consumer_key, value)
+                classic = tables.groups.get(consumer_key.group)
+                if classic is not None and classic.protocol_type is None and not classic.members:
+                    del tables.groups[consumer_key.group]  # the "simple" group its offsets made
     except GroupRecordError as exc:
         log.warning("skipping unreadable __consumer_offsets record: %s", exc)
 
@@ -162,6 +175,7 @@ def apply_record(tables: GroupTables, entry: StoredRecord) -> None:
 def merge(into: GroupTables, loaded: GroupTables) -> None:
     """Add a loaded partition's tables (its groups are in no other partition)."""
     into.groups.update(loaded.groups)
+    into.consumer_groups.update(loaded.consumer_groups)
     into.offsets.update(loaded.offsets)
     into.positions.update(loaded.positions)
     for producer_id, groups in loaded.pending_txn.items():
@@ -173,6 +187,8 @@ def take_partition(tables: GroupTables, partition: int, partition_for: Callable[
     taken = GroupTables()
     for group_id in [g for g in tables.groups if partition_for(g) == partition]:
         taken.groups[group_id] = tables.groups.pop(group_id)
+    for group_id in [g for g in tables.consumer_groups if partition_for(g) == partition]:
+        taken.consumer_groups[group_id] = tables.consumer_groups.pop(group_id)
     for group_id in [g for g in tables.offsets if partition_for(g) == partition]:
         taken.offsets[group_id] = tables.offsets.pop(group_id)
     for key in [k for k in tables.positions if partition_for(k[0]) == partition]:

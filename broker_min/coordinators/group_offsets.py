@@ -26,6 +26,7 @@ from kafkakit.broker.log import LogError
 from kafkakit.broker.log.errors import MESSAGE_TOO_LARGE
 from kio.schema.errors import ErrorCode
 
+from .consumer_group import ConsumerGroup
 from .group import ClassicGroup, GroupError, GroupState, Member, now_ms
 from .group_records import (
     GroupKey,
@@ -71,6 +72,8 @@ class GroupTables:
     """What the coordinator rebuilds from ``__consumer_offsets``: groups, offsets, pending offsets."""
 
     groups: dict[str, ClassicGroup] = field(default_factory=dict)
+    #: KIP-848 consumer groups (:mod:`.consumer_group_protocol`); a group id is in one table only.
+    consumer_groups: dict[str, ConsumerGroup] = field(default_factory=dict)
     offsets: dict[str, dict[tuple[str, int], OffsetValue]] = field(default_factory=dict)
     # Transactional offsets awaiting their transaction's end, with the log offset of their
     # record: producer id -> group -> (topic, partition) -> (value, record offset).
@@ -90,7 +93,8 @@ class GroupTables:
             return
         offsets[(key.topic, key.partition)] = decode_offset_value(value)
         self.positions[(key.group, key.topic, key.partition)] = position
-        self.groups.setdefault(key.group, ClassicGroup(key.group))  # a "simple" group, as Kafka does
+        if key.group not in self.consumer_groups:
+            self.groups.setdefault(key.group, ClassicGroup(key.group))  # a "simple" group, as Kafka does
 
     def replay_pending_offset(self, producer_id: int, key: OffsetKey, value: bytes | None, position: int) -> None:
         if value is None:
@@ -127,7 +131,8 @@ class GroupTables:
             del self.pending_txn[producer_id]
 
     def materialise(self, group_id: str, offsets: Mapping[tuple[str, int], tuple[OffsetValue, int]]) -> None:
-        self.groups.setdefault(group_id, ClassicGroup(group_id))
+        if group_id not in self.consumer_groups:
+            self.groups.setdefault(group_id, ClassicGroup(group_id))
         stored = self.offsets.setdefault(group_id, {})
         for (topic, partition), (value, position) in offsets.items():
             key = (group_id, topic, partition)
@@ -161,6 +166,11 @@ class OffsetManager:
         touch: Callable[[ClassicGroup, Member], None],
         coordinator_error: Callable[[str], ErrorCode | None],
     ) -> None:
+        #: Validates a commit to a KIP-848 consumer group (member id, member epoch, transactional,
+        #: api version); set by the coordinator.
+        self.validate_consumer_commit: Callable[[ConsumerGroup, str, int, bool, int], ErrorCode | None] = (
+            lambda *_: None
+        )
         self._store = store
         self._tables = tables
         self._metadata_max_bytes = metadata_max_bytes
@@ -175,13 +185,20 @@ class OffsetManager:
         group_instance_id: str | None,
         offsets: Sequence[OffsetToCommit],
         retention_ms: int = -1,
+        api_version: int = 9,
     ) -> list[ErrorCode]:
         """Validate the committer and store ``offsets``; one error code per partition, in order."""
         tables = self._tables
         group = tables.groups.get(group_id)
         try:
             self._check_coordinator(group_id)
-            if group is None:
+            consumer = tables.consumer_groups.get(group_id)
+            if consumer is not None:
+                error = self.validate_consumer_commit(consumer, member_id, generation_id, False, api_version)
+                if error is not None:
+                    raise GroupError(error)
+                group = ClassicGroup(group_id)  # validated; not stored (the group is a consumer group)
+            elif group is None:
                 if generation_id >= 0:
                     raise GroupError(ErrorCode.illegal_generation, f"group {group_id} does not exist")
                 group = ClassicGroup(group_id)  # a simple (standalone) consumer's group
@@ -311,9 +328,14 @@ class OffsetManager:
         does, see :meth:`complete_transactional_offsets`.
         """
         group = self._tables.groups.get(group_id)
+        consumer = self._tables.consumer_groups.get(group_id)
         try:
             self._check_coordinator(group_id)
-            if group is None:
+            if consumer is not None:
+                error = self.validate_consumer_commit(consumer, member_id, generation_id, True, 5)
+                if error is not None:
+                    raise GroupError(error)
+            elif group is None:
                 if generation_id >= 0:
                     raise GroupError(ErrorCode.illegal_generation, f"group {group_id} does not exist")
             else:

@@ -261,7 +261,7 @@ async def handle_list_groups(state: BrokerState, header: RequestHeaderInfo, requ
             group_id=group_id,
             protocol_type=protocol_type,
             group_state=group_state,
-            group_type="classic",
+            group_type=state.groups.group_type(group_id),
         )
         for group_id, protocol_type, group_state in state.groups.list_groups(states)
         # Without DESCRIBE on the cluster, a caller sees only the groups it may describe.

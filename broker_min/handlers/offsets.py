@@ -1,4 +1,4 @@
-"""OffsetCommit (key 8) v2-8 and OffsetFetch (key 9) v1-7: committed offsets of groups.
+"""OffsetCommit (key 8) v2-9 and OffsetFetch (key 9) v1-9: committed offsets of groups.
 
 OffsetCommit: partitions of topics this broker does not know get
 UNKNOWN_TOPIC_OR_PARTITION (Kafka's KafkaApis check); the rest go to the group
@@ -10,7 +10,9 @@ stored as Kafka stores it (an expire timestamp) but offsets never expire here.
 
 OffsetFetch: a null topic list (v2+) asks for every committed partition;
 ``require_stable`` (v7) answers UNSTABLE_OFFSET_COMMIT for partitions with a
-pending transactional commit.  v8+ (several groups per request) is not served.
+pending transactional commit; v8+ asks for several groups; v9+ (and OffsetCommit v9+)
+carry a KIP-848 member's id and epoch, checked against a consumer group (STALE_MEMBER_EPOCH,
+UNKNOWN_MEMBER_ID; a consumer-protocol member must commit with v9+: UNSUPPORTED_VERSION).
 
 Both answer NOT_COORDINATOR for a group whose ``__consumer_offsets`` partition
 this node does not lead (COORDINATOR_LOAD_IN_PROGRESS while it loads): per
@@ -71,6 +73,7 @@ async def handle_offset_commit(state: BrokerState, header: RequestHeaderInfo, re
             getattr(request, "group_instance_id", None),
             to_commit,
             retention_ms,
+            header.api_version,
         )
         if to_commit
         else []
@@ -107,29 +110,63 @@ def _commit_refused(cls: type, topic_cls: type, partition_cls: type, request: An
 
 
 async def handle_offset_fetch(state: BrokerState, header: RequestHeaderInfo, request: Any) -> Any:
-    """Committed offset, leader epoch and metadata per partition (-1 where nothing is committed)."""
+    """Committed offset, leader epoch and metadata per partition (-1 where nothing is committed).
+
+    v8+ asks for several groups at once; v9+ carries the member id and epoch of a consumer group
+    member, validated as Kafka does (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH)."""
     cls = response_class(OFFSET_FETCH, header.api_version)
-    topic_cls = nested(cls, "OffsetFetchResponseTopic")
-    partition_cls = nested(cls, "OffsetFetchResponsePartition")
-    if not may_use_group(state, request.group_id, AclOperation.DESCRIBE):
-        return make(cls, throttle_time=NO_THROTTLE, topics=(), error_code=ErrorCode.group_authorization_failed)
-    wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
-    not_served = state.groups.coordinator_error(request.group_id)
-    if not_served is not None and has_field(cls, "error_code"):
-        return make(cls, throttle_time=NO_THROTTLE, topics=(), error_code=not_served)
-    fetched = state.groups.fetch_offsets(
-        request.group_id, wanted, bool(getattr(request, "require_stable", False))
-    )
+    if not has_field(cls, "groups"):
+        wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
+        error, fetched = _fetch_group(state, request.group_id, wanted, request, None, -1)
+        if error is not ErrorCode.none:
+            if has_field(cls, "error_code") or error is ErrorCode.group_authorization_failed:
+                return make(cls, throttle_time=NO_THROTTLE, topics=(), error_code=error)
+            fetched = state.groups.fetch_offsets(request.group_id, wanted)  # v1: the error per partition
+        return make(cls, throttle_time=NO_THROTTLE, topics=_fetched_topics(cls, "", fetched), error_code=ErrorCode.none)
+    group_cls = nested(cls, "OffsetFetchResponseGroup")
+    groups = []
+    for group in request.groups:
+        wanted = None if group.topics is None else [(t.name, list(t.partition_indexes)) for t in group.topics]
+        error, fetched = _fetch_group(
+            state, group.group_id, wanted, request, getattr(group, "member_id", None), getattr(group, "member_epoch", -1)
+        )
+        topics = () if error is not ErrorCode.none else _fetched_topics(cls, "s", fetched)
+        groups.append(make(group_cls, group_id=group.group_id, topics=topics, error_code=error))
+    return make(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))
+
+
+def _fetch_group(
+    state: BrokerState,
+    group_id: str,
+    wanted: list[tuple[str, list[int]]] | None,
+    request: Any,
+    member_id: str | None,
+    member_epoch: int,
+) -> tuple[ErrorCode, list[tuple[str, list[Any]]]]:
+    """One group's answer: a group-level error, or the offsets per topic."""
+    if not may_use_group(state, group_id, AclOperation.DESCRIBE):
+        return ErrorCode.group_authorization_failed, []
+    not_served = state.groups.coordinator_error(group_id)
+    if not_served is not None:
+        return not_served, []
+    invalid = state.groups.validate_offset_fetch(group_id, member_id, member_epoch)
+    if invalid is not None:
+        return invalid, []
+    fetched = state.groups.fetch_offsets(group_id, wanted, bool(getattr(request, "require_stable", False)))
     # Topics the caller may not describe: left out of a full fetch, refused when asked by name.
     described = {topic: state.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, topic) for topic, _ in fetched}
     if wanted is None:
-        fetched = [(topic, partitions) for topic, partitions in fetched if described[topic]]
-    else:
-        fetched = [
-            (topic, partitions if described[topic] else [_refused_fetch(f) for f in partitions])
-            for topic, partitions in fetched
-        ]
-    topics = tuple(
+        return ErrorCode.none, [(topic, partitions) for topic, partitions in fetched if described[topic]]
+    return ErrorCode.none, [
+        (topic, partitions if described[topic] else [_refused_fetch(f) for f in partitions])
+        for topic, partitions in fetched
+    ]
+
+
+def _fetched_topics(cls: type, plural: str, fetched: list[tuple[str, list[Any]]]) -> tuple[Any, ...]:
+    topic_cls = nested(cls, f"OffsetFetchResponseTopic{plural}")
+    partition_cls = nested(cls, f"OffsetFetchResponsePartition{plural}")
+    return tuple(
         make(
             topic_cls,
             name=topic,
@@ -147,7 +184,6 @@ async def handle_offset_fetch(state: BrokerState, header: RequestHeaderInfo, req
         )
         for topic, partitions in fetched
     )
-    return make(cls, throttle_time=NO_THROTTLE, topics=topics, error_code=ErrorCode.none)
 
 
 def _refused_fetch(fetched: Any) -> Any:
@@ -157,6 +193,6 @@ def _refused_fetch(fetched: Any) -> Any:
 
 
 HANDLERS = (
-    ApiHandler(OFFSET_COMMIT, 2, 8, handle_offset_commit),
-    ApiHandler(OFFSET_FETCH, 1, 7, handle_offset_fetch),
+    ApiHandler(OFFSET_COMMIT, 2, 9, handle_offset_commit),
+    ApiHandler(OFFSET_FETCH, 1, 9, handle_offset_fetch),
 )
