@@ -69,6 +69,12 @@ class BrokerConfig:
     max_incremental_fetch_session_cache_slots: int = 1000
     # The finalized ``transaction.version`` feature level advertised in ApiVersions (Kafka 4.x: 2).
     transaction_version: int = 2
+    # KIP-932 share groups (Kafka's group.share.* defaults; a share group's own config overrides).
+    group_share_record_lock_duration_ms: int = 30_000
+    group_share_delivery_count_limit: int = 5
+    group_share_partition_max_record_locks: int = 2000
+    group_share_session_timeout_ms: int = 45_000
+    group_share_heartbeat_interval_ms: int = 5000
     # -- cluster mode (KRaft, issue 13; docs/broker.md "Cluster mode"); unset = one node --------
     # Only combined nodes are built: process.roles=broker,controller (the default once voters are set).
     process_roles: str | None = None
@@ -175,6 +181,11 @@ class BrokerConfig:
         _check_range("group_consumer_max_size", self.group_consumer_max_size, 1, 2**31 - 1)
         _check_range("offsets_topic_num_partitions", self.offsets_topic_num_partitions, 1, 2**31 - 1)
         _check_range("transaction_version", self.transaction_version, 0, 2)
+        _check_range("group_share_record_lock_duration_ms", self.group_share_record_lock_duration_ms, 100, 3_600_000)
+        _check_range("group_share_delivery_count_limit", self.group_share_delivery_count_limit, 2, 10)
+        _check_range("group_share_partition_max_record_locks", self.group_share_partition_max_record_locks, 1, 10**6)
+        _check_range("group_share_session_timeout_ms", self.group_share_session_timeout_ms, 100, 2**31 - 1)
+        _check_range("group_share_heartbeat_interval_ms", self.group_share_heartbeat_interval_ms, 10, 2**31 - 1)
         _check_range(
             "max_incremental_fetch_session_cache_slots", self.max_incremental_fetch_session_cache_slots, 0, 2**31 - 1
         )

@@ -29,6 +29,8 @@ from kafkakit.broker.handlers import (
     producer_id,
     sasl,
     scram,
+    share_fetch,
+    share_groups,
     topics,
     txn,
     txn_markers,
@@ -58,6 +60,8 @@ _MODULES = (
     sasl,
     acls,
     scram,
+    share_groups,
+    share_fetch,
 )
 
 HANDLERS: dict[int, ApiHandler] = {h.api_key: h for m in _MODULES for h in m.HANDLERS}

@@ -1,5 +1,6 @@
 """Effective topic and broker configs with their sources, for DescribeConfigs and CreateTopics v5+,
-and IncrementalAlterConfigs (key 44) v0-1 for topics.
+and IncrementalAlterConfigs (key 44) v0-1 for topics and share groups' configs (GROUP resources,
+see :func:`kafkakit.broker.handlers.share_groups.alter_group_configs`).
 
 In cluster mode a topic's configs live in the metadata image: the broker authorizes and
 validates the change, then forwards it to the active controller, which writes the
@@ -27,6 +28,7 @@ INCREMENTAL_ALTER_CONFIGS = 44
 #: Seconds a forwarding broker waits for the controller's change to reach its own image.
 _PROPAGATION_WAIT = 5.0
 _TOPIC_RESOURCE = 2
+_GROUP_RESOURCE = 32
 # Kafka's AlterConfigOp.OpType.
 _SET, _DELETE, _APPEND, _SUBTRACT = 0, 1, 2, 3
 
@@ -172,6 +174,10 @@ async def _forward(state: BrokerState, request: Any, resources: list[Any], resul
 
 def _alter_resource(state: BrokerState, resource: Any, validate_only: bool) -> tuple[ErrorCode, str | None]:
     name = resource.resource_name
+    if resource.resource_type == _GROUP_RESOURCE:  # share group configs (KIP-932)
+        from kafkakit.broker.handlers.share_groups import alter_group_configs
+
+        return alter_group_configs(state, resource, validate_only)
     if resource.resource_type != _TOPIC_RESOURCE:
         return ErrorCode.invalid_request, "broker_min alters topic configs only (broker settings are static)"
     if not state.allowed(AclOperation.ALTER_CONFIGS, ResourceType.TOPIC, name):

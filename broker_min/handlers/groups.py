@@ -1,5 +1,7 @@
 """Classic group membership and admin: JoinGroup (11) v0-7, SyncGroup (14) v0-5, Heartbeat (12) v0-4,
-LeaveGroup (13) v0-5, DescribeGroups (15) v0-5, ListGroups (16) v0-4, DeleteGroups (42) v0-2.
+LeaveGroup (13) v0-5, DescribeGroups (15) v0-5, ListGroups (16) v0-5, DeleteGroups (42) v0-2.
+ListGroups and DeleteGroups also cover KIP-932 share groups (:mod:`.share_groups`); ListGroups v5
+filters by group type.
 
 The handlers translate between kio messages and the coordinator
 (:mod:`kafkakit.broker.coordinators.group_coordinator`, whose classic protocol rules live in
@@ -251,6 +253,7 @@ async def handle_list_groups(state: BrokerState, header: RequestHeaderInfo, requ
     cls = response_class(LIST_GROUPS, header.api_version)
     group_cls = nested(cls, "ListedGroup")
     states = getattr(request, "states_filter", None) or ()
+    types = {t.lower() for t in getattr(request, "types_filter", None) or ()}
     if state.groups.partitions.loading:
         # Kafka answers the whole request so while one of its partitions loads.
         return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.coordinator_load_in_progress, groups=())
@@ -266,7 +269,9 @@ async def handle_list_groups(state: BrokerState, header: RequestHeaderInfo, requ
         for group_id, protocol_type, group_state in state.groups.list_groups(states)
         # Without DESCRIBE on the cluster, a caller sees only the groups it may describe.
         if cluster_wide or may_use_group(state, group_id, AclOperation.DESCRIBE)
+        if not types or state.groups.group_type(group_id) in types  # v5 types filter
     )
+    groups += _listed_share_groups(state, request, group_cls, states, cluster_wide)
     return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=groups)
 
 
@@ -276,13 +281,30 @@ async def handle_delete_groups(state: BrokerState, header: RequestHeaderInfo, re
     result_cls = nested(cls, "DeletableGroupResult")
     allowed = [g for g in request.groups_names if may_use_group(state, g, AclOperation.DELETE)]
     refused = tuple(make(result_cls, group_id=g, error_code=_REFUSED) for g in request.groups_names if g not in allowed)
-    results = refused + tuple(
+    from kafkakit.broker.handlers import share_groups  # late: it imports this module
+
+    shared = share_groups.delete_share_groups(state, allowed)  # KIP-932 share groups
+    results = refused + tuple(make(result_cls, group_id=g, error_code=e) for g, e in shared.items()) + tuple(
         [
             make(result_cls, group_id=group_id, error_code=await settled(state, group_id, error))
-            for group_id, error in state.groups.delete_groups(allowed)
+            for group_id, error in state.groups.delete_groups([g for g in allowed if g not in shared])
         ]
     )
     return make(cls, throttle_time=NO_THROTTLE, results=results)
+
+
+def _listed_share_groups(state: BrokerState, request: Any, group_cls: type, states: Any, cluster_wide: bool) -> tuple[Any, ...]:
+    """Share groups for ListGroups (none when a v5 types filter leaves "share" out)."""
+    from kafkakit.broker.handlers import share_groups  # late: it imports this module
+
+    types = {t.lower() for t in getattr(request, "types_filter", None) or ()}
+    if types and "share" not in types:
+        return ()
+    return tuple(
+        make(group_cls, group_id=g, protocol_type="share", group_state=s, group_type="share")
+        for g, s in share_groups.listed_share_groups(state, states)
+        if cluster_wide or may_use_group(state, g, AclOperation.DESCRIBE)
+    )
 
 
 HANDLERS = (
@@ -291,6 +313,6 @@ HANDLERS = (
     ApiHandler(LEAVE_GROUP, 0, 5, handle_leave_group),
     ApiHandler(SYNC_GROUP, 0, 5, handle_sync_group),
     ApiHandler(DESCRIBE_GROUPS, 0, 5, handle_describe_groups),
-    ApiHandler(LIST_GROUPS, 0, 4, handle_list_groups),
+    ApiHandler(LIST_GROUPS, 0, 5, handle_list_groups),
     ApiHandler(DELETE_GROUPS, 0, 2, handle_delete_groups),
 )

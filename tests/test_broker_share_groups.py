@@ -1,0 +1,376 @@
+"""KIP-932 share groups on broker_min and Apache Kafka 4.3.1: the same tests against both.
+
+The members here speak the protocol by hand (tests/raw_protocol.py): ShareGroupHeartbeat to
+join and get an assignment, ShareFetch with share sessions to acquire records and carry
+acknowledgements, ShareAcknowledge for the rest, so that delivery counts, acquisition locks
+and acknowledgement errors are checked exactly.  A last test runs Apache Kafka's own
+KafkaShareConsumer (tests/java/ShareGroupConsumers.java) against each broker.
+
+Group configs (``share.auto.offset.reset``, ``share.record.lock.duration.ms``,
+``share.delivery.count.limit``) are set with IncrementalAlterConfigs on the GROUP resource, as
+with Kafka; the Kafka fixture allows lock durations down to 1 s
+(``group.share.min.record.lock.duration.ms``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafkakit import Admin, NewTopic, Producer
+from kafkakit.broker.handlers.base import make, nested
+from kafkakit.protocol import request_class
+from kio.schema.errors import ErrorCode
+
+from tests.brokers import BrokerMinServer, ensure_kafka_jars, missing_kafka_tools
+from tests.raw_protocol import RawClient, req, sub
+
+HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 78, 79
+DESCRIBE_OFFSETS, LIST_GROUPS, INCREMENTAL_ALTER_CONFIGS = 90, 16, 44
+GROUP_RESOURCE = 32
+ACCEPT, RELEASE, REJECT = 1, 2, 3
+JAVA_CONSUMERS = Path(__file__).parent / "java" / "ShareGroupConsumers.java"
+
+
+async def _topic_with_records(bootstrap: str, topic: str, count: int) -> uuid.UUID:
+    """Create a 1-partition topic holding ``count`` records (one batch each); its topic id."""
+    async with Admin(bootstrap_servers=bootstrap) as admin:
+        await admin.create_topics([NewTopic(topic, 1, 1)])
+    async with Producer(bootstrap_servers=bootstrap, linger_ms=0) as producer:
+        for i in range(count):
+            await (await producer.send(topic, b"v%d" % i, partition=0))
+    client = await RawClient.connect(bootstrap)
+    try:
+        metadata = await client.call(
+            req(3, 12, topics=(sub(3, 12, "MetadataRequestTopic", name=topic, topic_id=None),),
+                allow_auto_topic_creation=False, include_topic_authorized_operations=False)  # fmt: skip
+        )
+    finally:
+        client.close()
+    topic_id: uuid.UUID = metadata.topics[0].topic_id
+    return topic_id
+
+
+async def _group_configs(bootstrap: str, group: str, **configs: str) -> None:
+    """Set share group configs (``share_record_lock_duration_ms="1000"`` -> share.record.lock.duration.ms)."""
+    client = await RawClient.connect(bootstrap)
+    try:
+        entries = tuple(
+            sub(INCREMENTAL_ALTER_CONFIGS, 1, "AlterableConfig", name=k.replace("_", "."), config_operation=0, value=v)
+            for k, v in configs.items()
+        )
+        resource = sub(INCREMENTAL_ALTER_CONFIGS, 1, "AlterConfigsResource", resource_type=GROUP_RESOURCE,
+                       resource_name=group, configs=entries)  # fmt: skip
+        response = await client.call(req(INCREMENTAL_ALTER_CONFIGS, 1, resources=(resource,), validate_only=False))
+    finally:
+        client.close()
+    assert [r.error_code for r in response.responses] == [ErrorCode.none], response
+
+
+class Member:
+    """One share group member over its own connection."""
+
+    def __init__(self, client: RawClient, group: str, topic: str, topic_id: uuid.UUID) -> None:
+        self.client, self.group, self.topic, self.topic_id = client, group, topic, topic_id
+        self.member_id = str(uuid.uuid4())
+        self.epoch = 0
+        self.session_epoch = 0
+
+    @classmethod
+    async def join(cls, bootstrap: str, group: str, topic: str, topic_id: uuid.UUID) -> Member:
+        member = cls(await RawClient.connect(bootstrap), group, topic, topic_id)
+        member.client.timeout = 15.0
+        deadline = time.monotonic() + 20
+        while True:
+            response = await member.heartbeat(subscribe=True)
+            if response.error_code == ErrorCode.none and response.assignment is not None:
+                parts = [tp.partitions for tp in response.assignment.topic_partitions if tp.topic_id == topic_id]
+                if parts and 0 in parts[0]:
+                    return member
+            assert time.monotonic() < deadline, response
+            await asyncio.sleep(0.2)
+
+    async def heartbeat(self, *, subscribe: bool = False, leave: bool = False) -> Any:
+        response = await self.client.call(
+            req(HEARTBEAT, 1, group_id=self.group, member_id=self.member_id, member_epoch=-1 if leave else self.epoch,
+                rack_id=None, subscribed_topic_names=(self.topic,) if subscribe or self.epoch == 0 else None)  # fmt: skip
+        )
+        if response.error_code == ErrorCode.none and not leave:
+            self.epoch = response.member_epoch
+        return response
+
+    def _acks(self, api_key: int, version: int, owner: str, acks: list[tuple[int, int, int]]) -> tuple[Any, ...]:
+        batch = nested(request_class(api_key, version), "AcknowledgementBatch")
+        return tuple(make(batch, first_offset=f, last_offset=la, acknowledge_types=(t,)) for f, la, t in acks)
+
+    async def fetch(
+        self, acks: list[tuple[int, int, int]] = (), max_records: int = 100, max_wait_ms: int = 500  # type: ignore[assignment]
+    ) -> list[tuple[int, int]]:
+        """One ShareFetch (carrying ``acks``): the acquired (offset, delivery count) pairs."""
+        partition = sub(SHARE_FETCH, 1, "FetchPartition", partition_index=0,
+                        acknowledgement_batches=self._acks(SHARE_FETCH, 1, "FetchPartition", list(acks)))  # fmt: skip
+        response = await self.client.call(
+            req(SHARE_FETCH, 1, group_id=self.group, member_id=self.member_id, share_session_epoch=self.session_epoch,
+                max_wait=_ms(max_wait_ms), min_bytes=1, max_bytes=1 << 20, max_records=max_records, batch_size=max_records,
+                topics=(sub(SHARE_FETCH, 1, "FetchTopic", topic_id=self.topic_id, partitions=(partition,)),),
+                forgotten_topics_data=())  # fmt: skip
+        )
+        assert response.error_code == ErrorCode.none, response
+        self.session_epoch += 1
+        got = []
+        for topic in response.responses:
+            for p in topic.partitions:
+                assert p.error_code == ErrorCode.none, p
+                assert p.acknowledge_error_code == 0, p
+                for r in p.acquired_records:
+                    got.extend((o, r.delivery_count) for o in range(r.first_offset, r.last_offset + 1))
+        return got
+
+    async def fetch_until(self, want: int, *, timeout: float = 20.0, acks: list[tuple[int, int, int]] = (),  # type: ignore[assignment]
+                          max_records: int = 100) -> list[tuple[int, int]]:  # fmt: skip
+        """Fetch until at least ``want`` records are acquired (Kafka initializes share-partitions
+        asynchronously, so the first fetches may find nothing)."""
+        got: list[tuple[int, int]] = []
+        deadline = time.monotonic() + timeout
+        pending = list(acks)
+        while len(got) < want and time.monotonic() < deadline:
+            got += await self.fetch(pending, max_records=max_records - len(got))
+            pending = []
+        return got
+
+    async def acknowledge(self, acks: list[tuple[int, int, int]]) -> ErrorCode:
+        partition = sub(SHARE_ACKNOWLEDGE, 1, "AcknowledgePartition", partition_index=0,
+                        acknowledgement_batches=self._acks(SHARE_ACKNOWLEDGE, 1, "AcknowledgePartition", acks))  # fmt: skip
+        response = await self.client.call(
+            req(SHARE_ACKNOWLEDGE, 1, group_id=self.group, member_id=self.member_id,
+                share_session_epoch=self.session_epoch,
+                topics=(sub(SHARE_ACKNOWLEDGE, 1, "AcknowledgeTopic", topic_id=self.topic_id, partitions=(partition,)),))  # fmt: skip
+        )
+        assert response.error_code == ErrorCode.none, response
+        self.session_epoch += 1
+        codes = [p.error_code for t in response.responses for p in t.partitions]
+        return codes[0] if codes else ErrorCode.none
+
+    async def close(self, *, leave: bool = True) -> None:
+        if leave:
+            await self.heartbeat(leave=True)
+        self.client.close()
+
+
+def _ms(value: int) -> Any:
+    import datetime
+
+    return datetime.timedelta(milliseconds=value)
+
+
+async def _start_offset(bootstrap: str, group: str, topic: str) -> int:
+    client = await RawClient.connect(bootstrap)
+    try:
+        response = await client.call(
+            req(DESCRIBE_OFFSETS, 1, groups=(sub(DESCRIBE_OFFSETS, 1, "DescribeShareGroupOffsetsRequestGroup",
+                group_id=group, topics=(sub(DESCRIBE_OFFSETS, 1, "DescribeShareGroupOffsetsRequestTopic",
+                                            topic_name=topic, partitions=(0,)),)),))  # fmt: skip
+        )
+    finally:
+        client.close()
+    start: int = response.groups[0].topics[0].partitions[0].start_offset
+    return start
+
+
+# ---------------------------------------------------------------------------------------------------- tests
+
+
+async def test_four_members_of_one_partition_all_receive_records(broker: Any, topic: str) -> None:
+    bootstrap = broker.bootstrap_servers
+    group = f"{topic}-g"
+    await _group_configs(bootstrap, group, share_auto_offset_reset="earliest")
+    topic_id = await _topic_with_records(bootstrap, topic, 40)
+    members = [await Member.join(bootstrap, group, topic, topic_id) for _ in range(4)]
+    try:
+        seen: dict[int, list[int]] = {i: [] for i in range(4)}
+        deadline = time.monotonic() + 30
+        pending: dict[int, list[tuple[int, int, int]]] = {i: [] for i in range(4)}
+        while sum(len(v) for v in seen.values()) < 40 and time.monotonic() < deadline:
+            for i, member in enumerate(members):  # each takes a few records in turn
+                got = await member.fetch(pending[i], max_records=3, max_wait_ms=200)
+                pending[i] = [(o, o, ACCEPT) for o, _ in got]
+                seen[i] += [o for o, _ in got]
+        offsets = sorted(o for v in seen.values() for o in v)
+        assert offsets == list(range(40))  # every record once
+        assert all(seen.values()), seen  # every member got some
+        for i, member in enumerate(members):
+            assert await member.acknowledge(pending[i]) == ErrorCode.none
+        await _eventually(lambda: _start_offset(bootstrap, group, topic), 40)
+    finally:
+        for member in members:
+            await member.close()
+
+
+async def test_released_record_is_redelivered_and_rejected_one_never(broker: Any, topic: str) -> None:
+    bootstrap = broker.bootstrap_servers
+    group = f"{topic}-g"
+    await _group_configs(bootstrap, group, share_auto_offset_reset="earliest")
+    topic_id = await _topic_with_records(bootstrap, topic, 3)
+    member = await Member.join(bootstrap, group, topic, topic_id)
+    try:
+        first = await member.fetch_until(3)
+        assert first == [(0, 1), (1, 1), (2, 1)]
+        # 0 accepted, 1 released (comes back with delivery count 2), 2 rejected (never again).
+        again = await member.fetch_until(1, acks=[(0, 0, ACCEPT), (1, 1, RELEASE), (2, 2, REJECT)])
+        assert again == [(1, 2)]
+        assert await member.fetch(max_wait_ms=300) == []
+        # Acknowledging a record this member does not hold is refused.
+        assert await member.acknowledge([(2, 2, ACCEPT)]) == ErrorCode.invalid_record_state
+        assert await member.acknowledge([(1, 1, ACCEPT)]) == ErrorCode.none
+        await _eventually(lambda: _start_offset(bootstrap, group, topic), 3)
+    finally:
+        await member.close()
+
+
+async def test_lock_timeout_redelivers_a_crashed_members_records(broker: Any, topic: str) -> None:
+    bootstrap = broker.bootstrap_servers
+    group = f"{topic}-g"
+    await _group_configs(bootstrap, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms="1000")
+    topic_id = await _topic_with_records(bootstrap, topic, 5)
+    crashed = await Member.join(bootstrap, group, topic, topic_id)
+    survivor = await Member.join(bootstrap, group, topic, topic_id)
+    try:
+        taken = await crashed.fetch_until(5)
+        assert [o for o, _ in taken] == list(range(5))
+        crashed.client.close()  # no acknowledgement, no leave: it just stops
+        started = time.monotonic()
+        redelivered = await survivor.fetch_until(5, timeout=15)
+        assert sorted(redelivered) == [(o, 2) for o in range(5)]
+        assert time.monotonic() - started >= 0.5  # only once the 1 s locks expired
+        await survivor.acknowledge([(0, 4, ACCEPT)])
+    finally:
+        await survivor.close()
+
+
+async def test_delivery_count_limit_archives_a_poison_record(broker: Any, topic: str) -> None:
+    bootstrap = broker.bootstrap_servers
+    group = f"{topic}-g"
+    await _group_configs(bootstrap, group, share_auto_offset_reset="earliest", share_delivery_count_limit="3")
+    topic_id = await _topic_with_records(bootstrap, topic, 2)
+    member = await Member.join(bootstrap, group, topic, topic_id)
+    try:
+        counts = []
+        got = await member.fetch_until(2)
+        assert got == [(0, 1), (1, 1)]
+        acks = [(0, 0, RELEASE), (1, 1, ACCEPT)]  # record 0 is poison: always released
+        for _ in range(5):
+            got = await member.fetch_until(1, acks=acks, timeout=3)
+            counts += [c for o, c in got if o == 0]
+            acks = [(0, 0, RELEASE)] if got else []
+            if not got:
+                break
+        assert counts == [2, 3]  # delivered 3 times in all, then archived
+        await _eventually(lambda: _start_offset(bootstrap, group, topic), 2)
+    finally:
+        await member.close()
+
+
+async def test_alter_and_list_share_group(broker: Any, topic: str) -> None:
+    bootstrap = broker.bootstrap_servers
+    group = f"{topic}-g"
+    topic_id = await _topic_with_records(bootstrap, topic, 4)
+    member = await Member.join(bootstrap, group, topic, topic_id)  # latest by default: nothing to read
+    assert await member.fetch(max_wait_ms=300) == []
+    client = await RawClient.connect(bootstrap)
+    try:
+        listed = await client.call(req(LIST_GROUPS, 5, states_filter=(), types_filter=("share",)))
+        assert (group, "share") in [(g.group_id, g.group_type) for g in listed.groups]
+        assert await _start_offset(bootstrap, group, topic) == 4
+        await member.close()
+        request = req(91, 0, group_id=group, topics=(sub(91, 0, "AlterShareGroupOffsetsRequestTopic", topic_name=topic,
+                      partitions=(sub(91, 0, "AlterShareGroupOffsetsRequestPartition", partition_index=0, start_offset=1),)),))  # fmt: skip
+        altered = await _eventually_ok(client, request)
+        assert [p.error_code for t in altered.responses for p in t.partitions] == [ErrorCode.none]
+        assert await _start_offset(bootstrap, group, topic) == 1
+        again = await Member.join(bootstrap, group, topic, topic_id)
+        try:
+            assert [o for o, _ in await again.fetch_until(3)] == [1, 2, 3]
+        finally:
+            await again.close()
+    finally:
+        client.close()
+
+
+async def test_no_record_lost_across_broker_min_restart(tmp_path: Path, topic: str) -> None:
+    group = f"{topic}-g"
+    server = BrokerMinServer(tmp_path / "data")
+    server.start()
+    try:
+        bootstrap = server.bootstrap_servers
+        await _group_configs(bootstrap, group, share_auto_offset_reset="earliest")
+        topic_id = await _topic_with_records(bootstrap, topic, 10)
+        member = await Member.join(bootstrap, group, topic, topic_id)
+        got = await member.fetch_until(10)
+        # 0-3 accepted, 4 rejected, 5 released; 6-9 still held when the broker stops.
+        await member.acknowledge([(0, 3, ACCEPT), (4, 4, REJECT), (5, 5, RELEASE)])
+        assert len(got) == 10
+        member.client.close()
+    finally:
+        server.stop()
+    server = BrokerMinServer(tmp_path / "data")
+    server.start()
+    try:
+        bootstrap = server.bootstrap_servers
+        assert await _start_offset(bootstrap, group, topic) == 5
+        member = await Member.join(bootstrap, group, topic, topic_id)
+        got = await member.fetch_until(5)
+        # Released 5 keeps its delivery count; 6-9 were never acknowledged, so they come back.
+        assert sorted(o for o, _ in got) == [5, 6, 7, 8, 9]
+        assert dict(got)[5] == 2
+        await member.acknowledge([(5, 9, ACCEPT)])
+        assert await _start_offset(bootstrap, group, topic) == 10
+        await member.close()
+    finally:
+        server.stop()
+
+
+async def test_java_share_consumers_split_one_partition(broker: Any, topic: str, tmp_path: Path) -> None:
+    reason = missing_kafka_tools()
+    if reason is not None:
+        pytest.skip(reason)
+    lib = ensure_kafka_jars()
+    bootstrap = broker.bootstrap_servers
+    group = f"{topic}-g"
+    await _group_configs(bootstrap, group, share_auto_offset_reset="earliest")
+    await _topic_with_records(bootstrap, topic, 200)
+    proc = await asyncio.create_subprocess_exec(
+        "java", "-cp", f"{lib}/*", str(JAVA_CONSUMERS), bootstrap, group, topic, "4", "200",
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    out = (await asyncio.wait_for(proc.communicate(), 120))[0].decode()
+    assert proc.returncode == 0, out[-3000:]
+    counts = [int(line.split()[2]) for line in out.splitlines() if line.startswith("CONSUMER ")]
+    assert len(counts) == 4 and all(counts), out[-3000:]
+    assert "DISTINCT 200" in out, out[-3000:]
+    await _eventually(lambda: _start_offset(bootstrap, group, topic), 200)
+
+
+async def _eventually(probe: Any, want: Any, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = await probe()
+        if got == want or time.monotonic() > deadline:
+            assert got == want
+            return
+        await asyncio.sleep(0.2)
+
+
+async def _eventually_ok(client: RawClient, request: Any, timeout: float = 15.0) -> Any:
+    """Kafka may still see the member that just left for a moment (NON_EMPTY_GROUP)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        response = await client.call(request)
+        if response.error_code == ErrorCode.none or time.monotonic() > deadline:
+            assert response.error_code == ErrorCode.none, response
+            return response
+        await asyncio.sleep(0.3)
