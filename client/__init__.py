@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         KafkaTimeoutError,
         NotYetSupportedError,
         SaslAuthenticationError,
+        ShareGroupsNotSupportedError,
         SslAuthenticationError,
         SSLVerificationError,
         TopicAuthorizationFailedError,
@@ -49,6 +50,12 @@ if TYPE_CHECKING:
     from kafkakit.producer import Producer, TransactionHandle, complete_transaction
     from kafkakit.security.oauthbearer import OAuthBearerToken
     from kafkakit.security.tls import create_ssl_context
+    from kafkakit.share_consumer import (
+        AcknowledgementResult,
+        AcknowledgeType,
+        ShareConsumer,
+        ShareConsumerRecord,
+    )
     from kafkakit.structs import (
         ConsumerRecord,
         NewTopic,
@@ -99,6 +106,11 @@ __all__ = [
     "OffsetAndTimestamp",
     "Producer",
     "RecordMetadata",
+    "AcknowledgeType",
+    "AcknowledgementResult",
+    "ShareConsumer",
+    "ShareConsumerRecord",
+    "ShareGroupsNotSupportedError",
     "TopicPartition",
     "TransactionHandle",
     "complete_transaction",
@@ -147,6 +159,11 @@ _LAZY = {
     "ConsumerRebalanceListener": "kafkakit.consumer",
     "FetchedRange": "kafkakit.consumer",
     "Admin": "kafkakit.admin",
+    "ShareConsumer": "kafkakit.share_consumer",
+    "ShareConsumerRecord": "kafkakit.share_consumer",
+    "AcknowledgeType": "kafkakit.share_consumer",
+    "AcknowledgementResult": "kafkakit.share_consumer",
+    "ShareGroupsNotSupportedError": "kafkakit.errors",
 }
 
 

@@ -31,6 +31,7 @@ from kafkakit.admin_groups import (
     GroupListing,
     OffsetSpec,
 )
+from kafkakit.admin_share_groups import ShareGroupAdmin, ShareGroupDescription, SharePartitionOffset
 from kafkakit.cluster import Cluster
 from kafkakit.errors import (
     IllegalStateError,
@@ -492,10 +493,10 @@ class Admin:
         resource_name: str,
         changes: Mapping[str, tuple[ConfigOperation, str | None]],
         *,
-        resource_type: Literal["topic", "broker"] = "topic",
+        resource_type: Literal["topic", "broker", "group"] = "topic",
         validate_only: bool = False,
     ) -> None:
-        """Change configs of a topic (or broker) in place: ``{name: ("set", value) | ("delete", None) | ...}``.
+        """Change configs of a topic (or broker, or group: ``share.auto.offset.reset``...) in place: ``{name: ("set", value) | ("delete", None) | ...}``.
 
         Raises the broker's typed error (e.g. InvalidConfigError, UnknownTopicOrPartitionError).
         """
@@ -503,6 +504,42 @@ class Admin:
             resource_name, changes, resource_type=resource_type, validate_only=validate_only
         )
 
+
+    # -- share groups (KIP-932; kafkakit.admin_share_groups) ---------------------
+
+    def _share_admin(self) -> ShareGroupAdmin:
+        self._check_running()
+        return ShareGroupAdmin(
+            self._cluster,
+            request_timeout_ms=self._request_timeout_ms,
+            retry_backoff_ms=round(self._retry_backoff * 1000),
+        )
+
+    async def describe_share_groups(self, group_ids: Iterable[str]) -> list[ShareGroupDescription]:
+        """State, epochs and members (with assignments) of each share group; a missing one is ``Dead``."""
+        return await self._share_admin().describe_share_groups(group_ids)
+
+    async def list_share_groups(self) -> list[GroupListing]:
+        """Every share group of the cluster, sorted by id."""
+        return await self._share_admin().list_share_groups()
+
+    async def delete_share_groups(self, group_ids: Iterable[str]) -> None:
+        """Delete empty share groups with their state (NonEmptyGroupError while members remain)."""
+        await self._share_admin().delete_share_groups(group_ids)
+
+    async def describe_share_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, SharePartitionOffset]:
+        """The share-partition start offset (and lag) of a share group per partition."""
+        return await self._share_admin().describe_share_group_offsets(group_id, partitions)
+
+    async def alter_share_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Move the share-partition start offsets of an empty share group."""
+        await self._share_admin().alter_share_group_offsets(group_id, offsets)
+
+    async def delete_share_group_offsets(self, group_id: str, topics: Iterable[str]) -> None:
+        """Forget an empty share group's state for ``topics``."""
+        await self._share_admin().delete_share_group_offsets(group_id, topics)
 
 def _check_new_topic(topic: Any) -> None:
     if not isinstance(topic, NewTopic):

@@ -34,7 +34,7 @@ __all__ = [
 _GROUP_KEY_TYPE = 0
 # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: look the coordinator up again.
 _COORDINATOR_RETRY = {14, 15, 16}
-_RESOURCE_TYPES = {"topic": 2, "broker": 4}
+_RESOURCE_TYPES = {"topic": 2, "broker": 4, "group": 32}
 # IncrementalAlterConfigs is not in the client's shared version table; v0-1 share one layout.
 
 #: ``set``, ``delete``, ``append`` or ``subtract`` (Kafka's AlterConfigOp.OpType).
@@ -379,12 +379,12 @@ class GroupAdmin:
         resource_name: str,
         changes: Mapping[str, tuple[ConfigOperation, str | None]],
         *,
-        resource_type: Literal["topic", "broker"] = "topic",
+        resource_type: Literal["topic", "broker", "group"] = "topic",
         validate_only: bool = False,
     ) -> None:
-        """Apply ``{config name: (operation, value)}`` to one topic or broker (IncrementalAlterConfigs)."""
+        """Apply ``{config name: (operation, value)}`` to one topic, broker or group (IncrementalAlterConfigs)."""
         if resource_type not in _RESOURCE_TYPES:
-            raise ValueError(f"resource_type must be 'topic' or 'broker', got {resource_type!r}")
+            raise ValueError(f"resource_type must be 'topic', 'broker' or 'group', got {resource_type!r}")
         configs = []
         for name, (operation, value) in changes.items():
             if operation not in _CONFIG_OPS:

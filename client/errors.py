@@ -88,6 +88,11 @@ class GroupProtocolUnsupportedError(UnsupportedVersionError):
     (no ConsumerGroupHeartbeat, or UNSUPPORTED_VERSION): use ``group_protocol="classic"``."""
 
 
+class ShareGroupsNotSupportedError(UnsupportedVersionError):
+    """The broker does not support KIP-932 share groups (no ShareGroupHeartbeat / ShareFetch,
+    or UNSUPPORTED_VERSION): Apache Kafka 4.0+ with share groups enabled is needed."""
+
+
 class CorruptRecordError(KafkaError):
     """A record batch failed its CRC or could not be decoded."""
 

@@ -404,6 +404,11 @@ class KafkaServer:
             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
+            # Share groups (KIP-932): assignments reach members within a second (default interval 5 s),
+            # and tests may set a group's share.record.lock.duration.ms down to 1 s (default minimum 15 s).
+            "group.share.min.heartbeat.interval.ms": "500",
+            "group.share.heartbeat.interval.ms": "1000",
+            "group.share.min.record.lock.duration.ms": "1000",
             "group.initial.rebalance.delay.ms": "0",
             # The log cleaner looks for work every 15 s by default: too slow for compaction tests.
             "log.cleaner.backoff.ms": "500",

@@ -168,8 +168,9 @@ class GroupCoordinator:
         """Handle a JoinGroup; the future resolves when the answer is known (maybe after the join phase).
 
         A classic member joining a consumer group: an empty consumer group is converted to a classic
-        one (Kafka's downgrade); a non-empty one answers INCONSISTENT_GROUP_PROTOCOL (mixed groups are
-        not built: Kafka's behaviour with group.consumer.migration.policy=disabled)."""
+        one (Kafka's downgrade, allowed by its default migration policy); a non-empty one answers
+        INCONSISTENT_GROUP_PROTOCOL.  Kafka instead takes the classic member into the consumer group
+        (a mixed group, KIP-848's migration rules), which is not built here."""
         consumer = self.consumer_groups.get(request.group_id)
         if consumer is not None and self.coordinator_error(request.group_id) is None:
             if consumer.members or self._consumer.delete(consumer) is not None:

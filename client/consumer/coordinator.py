@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from kafkakit.cluster import Cluster
 from kafkakit.errors import KafkaConnectionError, KafkaTimeoutError
 from kafkakit.net.connection import BrokerConnection
-
-from .group_config import GroupConfig
 
 log = logging.getLogger("kafkakit.consumer.group")  # one log for the group, whichever module writes
 
@@ -44,10 +42,27 @@ COORDINATOR_MOVED = {COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR}
 FATAL_GROUP_ERRORS = {23, 24, 26, 30, 81, 82}
 
 
+class CoordinatorSettings(Protocol):
+    """What :class:`CoordinatorConnection` needs of a group member's settings (a consumer's
+    ``GroupConfig``, a share consumer's settings)."""
+
+    @property
+    def group_id(self) -> str: ...
+
+    @property
+    def request_timeout_ms(self) -> int: ...
+
+    @property
+    def retry_backoff_ms(self) -> int: ...
+
+    @property
+    def api_timeout(self) -> float: ...
+
+
 class CoordinatorConnection:
     """The connection to one group's coordinator, looked up when needed and dropped when it moves."""
 
-    def __init__(self, cluster: Cluster, config: GroupConfig) -> None:
+    def __init__(self, cluster: Cluster, config: CoordinatorSettings) -> None:
         self._cluster = cluster
         self._config = config
         self._backoff = config.retry_backoff_ms / 1000

@@ -47,6 +47,14 @@ CLIENT_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_ACLS: (1, 3),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    # KIP-932 share groups (kafkakit.share_consumer, kafkakit.admin_share_groups).
+    ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1),
+    ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
+    ApiKey.SHARE_FETCH: (1, 2),  # 2: RENEW acknowledgements (is_renew_ack)
+    ApiKey.SHARE_ACKNOWLEDGE: (1, 2),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 1),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: (0, 0),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0),
 }
 
 
