@@ -452,12 +452,14 @@ class Admin:
             retry_backoff_ms=round(self._retry_backoff * 1000),
         )
 
-    async def list_groups(self) -> list[GroupListing]:
-        """Every consumer (and other classic) group of the cluster, sorted by id."""
-        return await self._group_admin().list_groups()
+    async def list_groups(self, types: Iterable[str] | None = None) -> list[GroupListing]:
+        """Every group of the cluster (of ``types``, e.g. ``["consumer"]`` for KIP-848 groups), sorted by id."""
+        return await self._group_admin().list_groups(types)
 
     async def describe_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
-        """State, protocol and members (with assignments) of each group; a missing group has state ``Dead``."""
+        """State, protocol and members (with assignments) of each group; a missing group has state ``Dead``.
+
+        KIP-848 groups are described with ConsumerGroupDescribe (member epochs and target assignments)."""
         return await self._group_admin().describe_groups(group_ids)
 
     async def delete_groups(self, group_ids: Iterable[str]) -> None:

@@ -53,6 +53,8 @@ class GroupListing:
     group_id: str
     protocol_type: str
     state: str
+    #: ``classic``, ``consumer`` (KIP-848), ``share``... (ListGroups v5+; "" from older brokers).
+    group_type: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +66,18 @@ class MemberDescription:
     client_id: str
     client_host: str
     assignment: tuple[TopicPartition, ...]
+    #: A KIP-848 member's epoch, and the assignment the broker is moving it to (None in classic groups).
+    member_epoch: int | None = None
+    target_assignment: tuple[TopicPartition, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class GroupDescription:
-    """A group's state (``Stable``, ``Empty``, ``Dead`` for one that does not exist...), protocol and members."""
+    """A group's state (``Stable``, ``Empty``, ``Dead`` for one that does not exist...), protocol and members.
+
+    For a KIP-848 group (``group_type`` "consumer"), ``protocol`` is the broker-side assignor,
+    ``group_epoch`` the group's epoch and ``state`` may also be ``Assigning`` or ``Reconciling``.
+    """
 
     group_id: str
     state: str
@@ -76,6 +85,8 @@ class GroupDescription:
     protocol: str
     members: tuple[MemberDescription, ...]
     coordinator: int
+    group_type: str = "classic"
+    group_epoch: int | None = None
 
 
 # DescribeConfigs' ConfigSource values.
@@ -147,18 +158,22 @@ class GroupAdmin:
 
     # -- groups ------------------------------------------------------------
 
-    async def list_groups(self) -> list[GroupListing]:
-        """Every group of every broker, sorted by id."""
+    async def list_groups(self, types: Iterable[str] | None = None) -> list[GroupListing]:
+        """Every group of every broker (of ``types``: "classic", "consumer"..., when given), sorted by id."""
+        types_filter = [] if types is None else list(types)
         await self._cluster.refresh_metadata()
         nodes = list(self._cluster.metadata.brokers) or [-1]
         listings: dict[str, GroupListing] = {}
         for node in nodes:
             conn = await (self._cluster.any_connection() if node < 0 else self._cluster.connection(node))
-            response = await conn.call(ApiKey.LIST_GROUPS, states_filter=[], types_filter=[])
+            response = await conn.call(ApiKey.LIST_GROUPS, states_filter=[], types_filter=types_filter)
             raise_for_code(int(response.error_code), "ListGroups")
             for g in response.groups:
                 state = getattr(g, "group_state", "") or ""
-                listings[g.group_id] = GroupListing(g.group_id, g.protocol_type or "", state)
+                group_type = getattr(g, "group_type", "") or ""
+                if types_filter and group_type and group_type not in types_filter:
+                    continue
+                listings[g.group_id] = GroupListing(g.group_id, g.protocol_type or "", state, group_type)
         return sorted(listings.values(), key=lambda g: g.group_id)
 
     async def describe_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
@@ -168,9 +183,15 @@ class GroupAdmin:
         members (as Kafka's DescribeGroups answers); a refused one raises
         GroupAuthorizationFailedError.
         """
+        from kafkakit.admin_consumer_groups import describe_consumer_group
+
         described = []
         for group_id in _names(group_ids, "describe_groups"):
-            node, _conn = await self.coordinator(group_id)
+            node, conn = await self.coordinator(group_id)
+            consumer_group = await describe_consumer_group(conn, group_id, node)  # KIP-848 groups
+            if consumer_group is not None:
+                described.append(consumer_group)
+                continue
             response = await self._call_coordinator(
                 group_id,
                 ApiKey.DESCRIBE_GROUPS,
