@@ -27,19 +27,10 @@ from kafkakit import (
     ShareGroupsNotSupportedError,
     TopicPartition,
 )
+from kafkakit.broker.local_cluster import LocalCluster
 from kafkakit.errors import IllegalStateError, KafkaError
 
-from tests.brokers import KafkaServer, RunningBroker, api_versions, missing_kafka_tools, new_topic_name
-
-SHARE_GROUP_HEARTBEAT = 76
-
-
-@pytest.fixture
-def share_broker(broker: RunningBroker) -> RunningBroker:
-    """The broker; on broker_min without share groups yet, the test is an expected failure."""
-    if broker.kind == "broker_min" and SHARE_GROUP_HEARTBEAT not in api_versions(broker.bootstrap_servers):
-        pytest.xfail("broker_min does not advertise share groups (ShareGroupHeartbeat) yet")
-    return broker
+from tests.brokers import RunningBroker, new_topic_name
 
 
 async def _setup(bootstrap: str, group: str, *, partitions: int = 1, **configs: str) -> str:
@@ -86,8 +77,8 @@ def _consumer(bootstrap: str, group: str, topic: str, **settings: Any) -> ShareC
     return ShareConsumer(topic, bootstrap_servers=bootstrap, group_id=group, **settings)
 
 
-async def test_four_consumers_on_one_partition_all_receive(share_broker: RunningBroker) -> None:
-    bootstrap = share_broker.bootstrap_servers
+async def test_four_consumers_on_one_partition_all_receive(broker: RunningBroker) -> None:
+    bootstrap = broker.bootstrap_servers
     group = new_topic_name("sg-four")
     topic = await _setup(bootstrap, group)
     consumers = [_consumer(bootstrap, group, topic, max_poll_records=5) for _ in range(4)]
@@ -122,8 +113,8 @@ async def test_four_consumers_on_one_partition_all_receive(share_broker: Running
         await asyncio.gather(*(c.stop() for c in consumers))
 
 
-async def test_release_redelivers_and_reject_archives(share_broker: RunningBroker) -> None:
-    bootstrap = share_broker.bootstrap_servers
+async def test_release_redelivers_and_reject_archives(broker: RunningBroker) -> None:
+    bootstrap = broker.bootstrap_servers
     group = new_topic_name("sg-release")
     topic = await _setup(bootstrap, group)
     await _produce(bootstrap, topic, [b"release-me", b"reject-me", b"accept-me"])
@@ -150,8 +141,8 @@ async def test_release_redelivers_and_reject_archives(share_broker: RunningBroke
     assert acked == [0, 0, 1, 2] and all(r.error is None for result in results for r in result.values())
 
 
-async def test_explicit_mode_requires_every_record_acknowledged(share_broker: RunningBroker) -> None:
-    bootstrap = share_broker.bootstrap_servers
+async def test_explicit_mode_requires_every_record_acknowledged(broker: RunningBroker) -> None:
+    bootstrap = broker.bootstrap_servers
     group = new_topic_name("sg-explicit")
     topic = await _setup(bootstrap, group)
     await _produce(bootstrap, topic, [b"a", b"b"])
@@ -169,8 +160,8 @@ async def test_explicit_mode_requires_every_record_acknowledged(share_broker: Ru
             implicit.acknowledge(records[0])
 
 
-async def test_stopped_consumer_releases_its_records(share_broker: RunningBroker) -> None:
-    bootstrap = share_broker.bootstrap_servers
+async def test_stopped_consumer_releases_its_records(broker: RunningBroker) -> None:
+    bootstrap = broker.bootstrap_servers
     group = new_topic_name("sg-stop")
     topic = await _setup(bootstrap, group)
     await _produce(bootstrap, topic, [b"x%d" % i for i in range(5)])
@@ -202,8 +193,8 @@ asyncio.run(main(*sys.argv[1:]))
 """
 
 
-async def test_killed_consumer_records_return_after_the_lock_timeout(share_broker: RunningBroker) -> None:
-    bootstrap = share_broker.bootstrap_servers
+async def test_killed_consumer_records_return_after_the_lock_timeout(broker: RunningBroker) -> None:
+    bootstrap = broker.bootstrap_servers
     group = new_topic_name("sg-killed")
     topic = await _setup(bootstrap, group, share_record_lock_duration_ms="2000")
     await _produce(bootstrap, topic, [b"k0", b"k1", b"k2"])
@@ -228,8 +219,8 @@ async def test_killed_consumer_records_return_after_the_lock_timeout(share_broke
     assert time.monotonic() - killed_at < 15  # the 2 s lock, not the 45 s session timeout
 
 
-async def test_delivery_count_limit_archives_a_poison_record(share_broker: RunningBroker) -> None:
-    bootstrap = share_broker.bootstrap_servers
+async def test_delivery_count_limit_archives_a_poison_record(broker: RunningBroker) -> None:
+    bootstrap = broker.bootstrap_servers
     group = new_topic_name("sg-poison")
     topic = await _setup(bootstrap, group, share_delivery_count_limit="3")
     await _produce(bootstrap, topic, [b"poison", b"fine"])
@@ -249,8 +240,8 @@ async def test_delivery_count_limit_archives_a_poison_record(share_broker: Runni
     assert deliveries == {b"poison": 3, b"fine": 1}
 
 
-async def test_async_for_and_commit_async(share_broker: RunningBroker) -> None:
-    bootstrap = share_broker.bootstrap_servers
+async def test_async_for_and_commit_async(broker: RunningBroker) -> None:
+    bootstrap = broker.bootstrap_servers
     group = new_topic_name("sg-iter")
     topic = await _setup(bootstrap, group)
     await _produce(bootstrap, topic, [b"i%d" % i for i in range(10)])
@@ -270,8 +261,8 @@ async def test_async_for_and_commit_async(share_broker: RunningBroker) -> None:
     assert results and results[-1][TopicPartition(topic, 0)].error is None
 
 
-async def test_admin_describe_list_delete_and_offsets(share_broker: RunningBroker) -> None:
-    bootstrap = share_broker.bootstrap_servers
+async def test_admin_describe_list_delete_and_offsets(broker: RunningBroker) -> None:
+    bootstrap = broker.bootstrap_servers
     group = new_topic_name("sg-admin")
     topic = await _setup(bootstrap, group)
     await _produce(bootstrap, topic, [b"o%d" % i for i in range(6)])
@@ -308,12 +299,12 @@ async def test_admin_describe_list_delete_and_offsets(share_broker: RunningBroke
         assert gone.state == "Dead"
 
 
-async def test_confluent_kafka_share_consumer_shares_the_group(share_broker: RunningBroker) -> None:
+async def test_confluent_kafka_share_consumer_shares_the_group(broker: RunningBroker) -> None:
     """A librdkafka share consumer and a kafkakit one in one group split the records between them."""
     ck = pytest.importorskip("confluent_kafka")
     if not hasattr(ck, "ShareConsumer"):
         pytest.skip(f"confluent-kafka {ck.version()[0]} has no ShareConsumer")
-    bootstrap = share_broker.bootstrap_servers
+    bootstrap = broker.bootstrap_servers
     group = new_topic_name("sg-interop")
     topic = await _setup(bootstrap, group)
     theirs = ck.ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
@@ -348,25 +339,19 @@ async def test_confluent_kafka_share_consumer_shares_the_group(share_broker: Run
 
 
 async def test_broker_without_share_groups_gets_a_typed_error(tmp_path: Any) -> None:
-    """Apache Kafka with ``share.version=0`` advertises no share-group APIs."""
-    reason = missing_kafka_tools()
-    if reason is not None:
-        pytest.skip(reason)
-    server = KafkaServer(tmp_path, features={"share.version": 0})
-    await asyncio.to_thread(server.start)
-    try:
-        bootstrap = server.bootstrap_servers
+    """broker_min in cluster mode answers share-group requests with UNSUPPORTED_VERSION, as Apache
+    Kafka does with ``share.version=0`` (checked by hand: the same errors)."""
+    async with LocalCluster(1, tmp_path / "cluster") as cluster:
+        bootstrap = cluster.bootstrap_servers
         async with Admin(bootstrap_servers=bootstrap) as admin:
             await admin.create_topics([NewTopic("no-share", 1, 1)])
-            with pytest.raises(ShareGroupsNotSupportedError, match="share groups"):
+            with pytest.raises(ShareGroupsNotSupportedError, match="does not support share groups"):
                 await admin.describe_share_groups(["g"])
         async with ShareConsumer("no-share", bootstrap_servers=bootstrap, group_id="g") as consumer:
             with pytest.raises(ShareGroupsNotSupportedError, match="does not support share groups"):
                 deadline = time.monotonic() + 20
                 while time.monotonic() < deadline:
                     await consumer.getmany(timeout_ms=200)
-    finally:
-        await asyncio.to_thread(server.stop)
 
 
 def test_share_consumer_settings_are_checked() -> None:
