@@ -2,6 +2,7 @@
 
     python benchmarks/groups.py                       # both brokers (Kafka needs java and mvn)
     python benchmarks/groups.py --brokers broker_min --runs 1
+    python benchmarks/groups.py --protocols eager,consumer --clients kafkakit
 
 Two figures per client and broker:
 
@@ -22,7 +23,15 @@ Two figures per client and broker:
   that eager and cooperative look alike (members heartbeat in phase, so they
   all rejoin within milliseconds).
 
-Session timeout 10 s, heartbeat 1 s for every client. Each cell is the median of ``--runs``.
+Three protocols: classic eager (range), classic cooperative (cooperative-sticky) and
+the KIP-848 consumer protocol (``group_protocol="consumer"`` / ``group.protocol=consumer``),
+where the broker assigns (its default assignor, uniform) and members reconcile
+revoke-first: the kept partitions should never stop, and the new member's share
+moves as soon as its previous owners acknowledge the revocation on their next
+heartbeat (Kafka's ``group.consumer.heartbeat.interval.ms``, 5 s by default).
+
+Classic members: session timeout 10 s, heartbeat 1 s for every client; KIP-848
+members take both from the broker. Each cell is the median of ``--runs``.
 """
 
 from __future__ import annotations
@@ -46,6 +55,14 @@ sys.path.insert(0, str(ROOT))
 PARTITIONS = 6
 SESSION_MS = 10000
 HEARTBEAT_MS = 1000
+#: The "strategy" that selects the KIP-848 consumer group protocol instead of a classic assignor.
+KIP848 = "consumer"
+#: (strategy, label) of each protocol measured.
+PROTOCOLS = {
+    "eager": ("range", "classic eager"),
+    "cooperative": ("cooperative-sticky", "classic cooperative"),
+    "consumer": (KIP848, "consumer (KIP-848)"),
+}
 
 
 def create_topic(bootstrap: str, topic: str) -> None:
@@ -107,14 +124,22 @@ class KafkakitMember(Member):
                 if revoked:
                     await asyncio.sleep(revoke_seconds)  # e.g. flush state for the partitions given up
 
+        # KIP-848: the broker owns the assignor, session and heartbeat settings (classic-only here).
+        group_settings: dict[str, Any] = (
+            {"group_protocol": "consumer"}
+            if strategy == KIP848
+            else {
+                "partition_assignment_strategy": [strategy],
+                "session_timeout_ms": SESSION_MS,
+                "heartbeat_interval_ms": HEARTBEAT_MS,
+            }
+        )
         self.consumer = Consumer(
             bootstrap_servers=bootstrap,
             group_id=group,
-            partition_assignment_strategy=[strategy],
-            session_timeout_ms=SESSION_MS,
-            heartbeat_interval_ms=HEARTBEAT_MS,
             auto_offset_reset="earliest",
             fetch_max_wait_ms=100,
+            **group_settings,
         )
         self.consumer.subscribe([topic], listener=Flush())
         self.task: asyncio.Task[None] | None = None
@@ -142,14 +167,21 @@ class ConfluentMember(Member):
     def __init__(self, bootstrap: str, group: str, topic: str, strategy: str, revoke_seconds: float) -> None:
         super().__init__()
         self.revoke_seconds = revoke_seconds
+        group_settings: dict[str, Any] = (
+            {"group.protocol": "consumer"}
+            if strategy == KIP848
+            else {
+                "partition.assignment.strategy": strategy,
+                "session.timeout.ms": SESSION_MS,
+                "heartbeat.interval.ms": HEARTBEAT_MS,
+            }
+        )
         self.config = {
             "bootstrap.servers": bootstrap,
             "group.id": group,
-            "partition.assignment.strategy": strategy,
-            "session.timeout.ms": SESSION_MS,
-            "heartbeat.interval.ms": HEARTBEAT_MS,
             "auto.offset.reset": "earliest",
             "fetch.wait.max.ms": 100,
+            **group_settings,
         }
         self.topic = topic
         self.stopping = threading.Event()
@@ -199,10 +231,10 @@ async def wait_for(condition: Callable[[], bool], timeout: float) -> None:
         await asyncio.sleep(0.01)
 
 
-async def first_records(client: str, bootstrap: str, topic: str) -> float:
+async def first_records(client: str, bootstrap: str, topic: str, strategy: str) -> float:
     """Seconds from creating a member of a new group to its first record."""
     started = time.monotonic()
-    member = MEMBERS[client](bootstrap, f"bench-{uuid.uuid4().hex[:8]}", topic, "range", 0.0)
+    member = MEMBERS[client](bootstrap, f"bench-{uuid.uuid4().hex[:8]}", topic, strategy, 0.0)
     await member.start()
     try:
         await wait_for(lambda: bool(member.arrivals), 60)
@@ -281,14 +313,22 @@ async def measure(args: argparse.Namespace) -> list[tuple[str, str, str, float]]
                 topic = f"bench-first-{uuid.uuid4().hex[:8]}"
                 await asyncio.to_thread(create_topic, bootstrap, topic)
                 await asyncio.to_thread(fill, bootstrap, topic, 100)
+                protocols = [PROTOCOLS[name] for name in args.protocols.split(",")]
+                # Unrecorded: the broker's first group creates the offsets topic.
+                await first_records(args.clients.split(",")[0], bootstrap, topic, "range")
                 for client in args.clients.split(","):
-                    runs = [await first_records(client, bootstrap, topic) for _ in range(args.runs)]
-                    rows.append((kind, client, "first records after subscribe", statistics.median(runs)))
-                    print(
-                        f"{kind:10s} {client:9s} first records   {statistics.median(runs) * 1000:8.0f} ms",
-                        flush=True,
-                    )
-                    for strategy, label in (("range", "eager"), ("cooperative-sticky", "cooperative")):
+                    for strategy, label in protocols:
+                        runs = [
+                            await first_records(client, bootstrap, topic, strategy) for _ in range(args.runs)
+                        ]
+                        rows.append(
+                            (kind, client, f"first records after subscribe, {label}", statistics.median(runs))
+                        )
+                        print(
+                            f"{kind:10s} {client:9s} first records, {label:20s} {statistics.median(runs) * 1000:8.0f} ms",
+                            flush=True,
+                        )
+                    for strategy, label in protocols:
                         pairs = [
                             await rebalance_pause(client, strategy, bootstrap, args.revoke_ms / 1000)
                             for _ in range(args.runs)
@@ -298,11 +338,9 @@ async def measure(args: argparse.Namespace) -> list[tuple[str, str, str, float]]
                         rows.append(
                             (kind, client, f"longest gap without a rebalance ({label} run)", baseline)
                         )
-                        rows.append(
-                            (kind, client, f"longest gap of kept partitions, {label} ({strategy})", pause)
-                        )
+                        rows.append((kind, client, f"longest gap of kept partitions, {label}", pause))
                         print(
-                            f"{kind:10s} {client:9s} {label:12s} pause {pause * 1000:6.0f} ms (baseline {baseline * 1000:.0f} ms)",
+                            f"{kind:10s} {client:9s} {label:20s} pause {pause * 1000:6.0f} ms (baseline {baseline * 1000:.0f} ms)",
                             flush=True,
                         )
             finally:
@@ -325,6 +363,9 @@ def main() -> None:
     parser.add_argument("--brokers", default="broker_min,kafka")
     parser.add_argument("--clients", default="kafkakit,confluent")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--protocols", default="eager,cooperative,consumer", help="of eager, cooperative, consumer (KIP-848)"
+    )
     parser.add_argument(
         "--revoke-ms",
         type=int,
