@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -17,9 +18,10 @@ from typing import Any
 
 import pytest
 from kafkakit import Admin, NewTopic
+from kafkakit.broker import LocalCluster
 from kio.schema.errors import ErrorCode
 
-from tests.brokers import BrokerMinServer, new_topic_name
+from tests.brokers import BrokerMinServer, ensure_kafka_jars, missing_kafka_tools, new_topic_name
 from tests.raw_protocol import RawClient, req, sub
 
 HEARTBEAT = 68
@@ -46,15 +48,28 @@ _NOT_READY = (
 
 
 async def connect(broker: Any, group: str) -> Any:
-    """A raw connection to a broker that coordinates ``group`` (Kafka creates ``__consumer_offsets`` on
+    """A raw connection to the broker that coordinates ``group`` (Kafka creates ``__consumer_offsets`` on
     the first FindCoordinator and loads it a moment later)."""
-    client = await RawClient.connect(broker)
+    bootstrap = broker if isinstance(broker, str) else broker.bootstrap_servers
     deadline = time.monotonic() + 30
     while True:
-        await client.call(req(FIND_COORDINATOR, 3, key=group, key_type=0))
+        finder = await RawClient.connect(bootstrap)
+        found = await finder.call(req(FIND_COORDINATOR, 3, key=group, key_type=0))
+        finder.close()
+        if found.error_code != ErrorCode.none:
+            assert time.monotonic() < deadline, found
+            await asyncio.sleep(0.2)
+            continue
+        try:
+            client = await RawClient.connect(f"{found.host}:{found.port}")
+        except OSError:  # a coordinator that just died, until the metadata says so
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.2)
+            continue
         [described] = (await describe(client, group)).groups
         if described.error_code not in _NOT_READY:
             return client
+        client.close()
         assert time.monotonic() < deadline, described
         await asyncio.sleep(0.2)
 
@@ -432,3 +447,94 @@ async def test_broker_min_session_timeout_and_classic_join(tmp_path: Path) -> No
         client.close()
     finally:
         await asyncio.to_thread(server.stop)
+
+
+@pytest.mark.slow
+async def test_cluster_mode_the_next_coordinator_keeps_the_group(tmp_path: Path) -> None:
+    topic, group = new_topic_name("cg-cluster"), new_topic_name("cg-cluster-group")
+    async with LocalCluster(3, tmp_path / "cluster") as cluster:
+        async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+            await admin.create_topics([NewTopic(topic, 4, 3)])
+        client = await connect(cluster.bootstrap_servers, group)
+        members = [Member(client, group, [topic]) for _ in range(2)]
+        for m in members:
+            await m.heartbeat()
+        await converge(members, [2, 2], 4)
+        before = (await describe(client, group)).groups[0]
+        finder = await RawClient.connect(cluster.bootstrap_servers)
+        coordinator = (await finder.call(req(FIND_COORDINATOR, 3, key=group, key_type=0))).node_id
+        finder.close()
+        client.close()
+        await cluster.kill(coordinator)
+        survivor = next(n for n in cluster.node_ids if n != coordinator)
+        client = await connect(cluster.address(survivor), group)
+        after = (await describe(client, group)).groups[0]
+        assert (after.group_epoch, after.assignment_epoch, after.group_state) == (
+            before.group_epoch, before.assignment_epoch, before.group_state,
+        )  # fmt: skip
+        for m in members:
+            m.client = client
+            response = await m.heartbeat()
+            assert response.error_code == ErrorCode.none and response.member_epoch == before.group_epoch
+        client.close()
+
+
+_DECODE_JAVA = """
+import java.io.File;
+import org.apache.kafka.common.record.internal.FileRecords;
+import org.apache.kafka.common.record.internal.RecordBatch;
+import org.apache.kafka.coordinator.group.GroupCoordinatorRecordSerde;
+
+public class Decode {
+    public static void main(String[] args) throws Exception {
+        GroupCoordinatorRecordSerde serde = new GroupCoordinatorRecordSerde();
+        for (RecordBatch batch : FileRecords.open(new File(args[0])).batches()) {
+            if (batch.isControlBatch()) continue;
+            for (org.apache.kafka.common.record.internal.Record r : batch) {
+                try {
+                    System.out.println("OK " + serde.deserialize(r.key(), r.hasValue() ? r.value() : null));
+                } catch (Exception e) {
+                    System.out.println("FAIL " + e);
+                }
+            }
+        }
+    }
+}
+"""
+
+
+async def test_apache_kafka_reads_the_records_broker_min_writes(tmp_path: Path) -> None:
+    """Kafka's own record serde decodes every consumer group record broker_min appended."""
+    reason = missing_kafka_tools()
+    if reason is not None:
+        pytest.skip(reason)
+    server = BrokerMinServer(tmp_path / "data")
+    await asyncio.to_thread(server.start)
+    topic, group = new_topic_name("cg-serde"), new_topic_name("cg-serde-group")
+    try:
+        await create_topics(server.bootstrap_servers, (topic, 2))
+        client = await connect(server, group)
+        a, b = Member(client, group, [topic], instance_id="serde-a"), Member(client, group, [topic], regex="cg-serde.*")
+        await a.heartbeat()
+        await b.heartbeat()
+        await converge([a, b], [1, 1], 2)
+        await a.leave(-2)
+        await b.leave()
+        client.close()
+    finally:
+        await asyncio.to_thread(server.stop)
+    source = tmp_path / "Decode.java"
+    source.write_text(_DECODE_JAVA)
+    segment = next((tmp_path / "data").glob("__consumer_offsets-*/*.log"))
+    lib = await asyncio.to_thread(ensure_kafka_jars)
+    decoded = await asyncio.to_thread(
+        subprocess.run, ["java", "-cp", f"{lib}/*", str(source), str(segment)], capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    lines = decoded.stdout.splitlines()
+    assert lines and all(line.startswith("OK ") for line in lines), decoded.stdout + decoded.stderr
+    text = decoded.stdout
+    for name in ("ConsumerGroupMetadataKey", "ConsumerGroupPartitionMetadataKey", "ConsumerGroupMemberMetadataKey",
+                 "ConsumerGroupTargetAssignmentMetadataKey", "ConsumerGroupTargetAssignmentMemberKey",
+                 "ConsumerGroupCurrentMemberAssignmentKey", "subscribedTopicRegex='cg-serde.*'", "memberEpoch=-2"):
+        assert name in text, name
