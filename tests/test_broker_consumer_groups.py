@@ -310,6 +310,11 @@ async def test_offsets_are_committed_and_fetched_with_member_epochs(broker: Any)
         assert (await fetch(-1, None)).error_code == ErrorCode.none  # an admin's fetch
         await member.leave()
         assert await commit(-1, "") == [ErrorCode.none]  # empty now: an admin may commit
+        [deleted] = (await client.call(req(42, 2, groups_names=(group,)))).results
+        assert deleted.error_code == ErrorCode.none
+        [gone] = (await describe(client, group)).groups
+        assert gone.error_code == ErrorCode.group_id_not_found
+        assert (await fetch(-1, None)).topics[0].partitions[0].committed_offset == -1
     finally:
         client.close()
 
