@@ -31,6 +31,7 @@ from kafkakit.broker.local_cluster import LocalCluster
 from kafkakit.errors import IllegalStateError, KafkaError
 
 from tests.brokers import RunningBroker, new_topic_name
+from tests.security_env import SecureBrokerMin, client_config
 
 
 async def _setup(bootstrap: str, group: str, *, partitions: int = 1, **configs: str) -> str:
@@ -173,6 +174,25 @@ async def test_stopped_consumer_releases_its_records(broker: RunningBroker) -> N
         again = await _poll_until(second, 5, ack=lambda r: AcknowledgeType.ACCEPT)
     assert sorted(r.offset for r in again) == [r.offset for r in held]
     assert {r.delivery_count for r in again} == {2}
+
+
+async def test_stop_releases_records_acquired_by_a_fetch_in_flight(broker: RunningBroker) -> None:
+    bootstrap = broker.bootstrap_servers
+    group = new_topic_name("sg-inflight")
+    topic = await _setup(bootstrap, group)
+    first = _consumer(bootstrap, group, topic, fetch_max_wait_ms=5000)
+    await first.start()
+    deadline = time.monotonic() + 20
+    while not first.assignment() and time.monotonic() < deadline:
+        assert _flat(await first.getmany(timeout_ms=200)) == []
+    assert _flat(await first.getmany(timeout_ms=100)) == []  # leaves a ShareFetch long-polling
+    await _produce(bootstrap, topic, [b"f0", b"f1"])
+    started = time.monotonic()
+    await first.stop()  # never handed out: released, not held until the 30 s lock times out
+    assert time.monotonic() - started < 7  # the fetch's answer, not its 5 s wait plus a margin
+    async with _consumer(bootstrap, group, topic) as second:
+        again = await _poll_until(second, 2, timeout=10)
+    assert sorted(r.value for r in again) == [b"f0", b"f1"]
 
 
 _KILLED_WORKER = """
@@ -352,6 +372,23 @@ async def test_broker_without_share_groups_gets_a_typed_error(tmp_path: Any) -> 
                 deadline = time.monotonic() + 20
                 while time.monotonic() < deadline:
                     await consumer.getmany(timeout_ms=200)
+
+
+async def test_share_consumer_over_sasl_ssl(secure_broker_min: SecureBrokerMin) -> None:
+    """The share consumer takes Consumer's security settings (here SCRAM over TLS), coordinator included."""
+    config = client_config(secure_broker_min, "SASL_SSL", "SCRAM-SHA-256", user="admin")
+    group = new_topic_name("sg-secure")
+    topic = new_topic_name("share")
+    async with Admin(**config) as admin:
+        await admin.create_topics([NewTopic(topic, 1, 1)])
+        await admin.incremental_alter_configs(
+            group, {"share.auto.offset.reset": ("set", "earliest")}, resource_type="group"
+        )
+    async with Producer(**config) as producer:
+        await (await producer.send(topic, b"secret", partition=0))
+    async with ShareConsumer(topic, group_id=group, **config) as consumer:
+        (record,) = await _poll_until(consumer, 1)
+    assert (record.value, record.delivery_count) == (b"secret", 1)
 
 
 def test_share_consumer_settings_are_checked() -> None:

@@ -442,11 +442,19 @@ class ShareFetcher:
         still holds); best effort within ``timeout``."""
         self.closed = True
         self._data.set()
-        for task in list(self._in_flight.values()):
-            task.cancel()
-        await asyncio.gather(*self._in_flight.values(), return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        # A ShareFetch in flight is answered (within its max wait) rather than cancelled: cancelled,
+        # its session would be left open and what it acquired held until the locks time out.
+        in_flight = set(self._in_flight.values())
+        if in_flight:
+            wait = min(timeout / 2, self._config.max_wait_ms / 1000 + 1.0)
+            _done, pending = await asyncio.wait(in_flight, timeout=wait)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*in_flight, return_exceptions=True)
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(max(deadline - loop.time(), 0.1)):
                 await self.acknowledge(final=True)
         except (KafkaError, TimeoutError) as exc:
             log.info("share consumer close: acknowledging failed: %s", exc)
