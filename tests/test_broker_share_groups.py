@@ -86,6 +86,12 @@ class Member:
         member = cls(await RawClient.connect(bootstrap), group, topic, topic_id)
         member.client.timeout = 15.0
         deadline = time.monotonic() + 20
+        while True:  # Kafka creates __consumer_offsets on the first FindCoordinator
+            found = await member.client.call(req(10, 4, key_type=0, coordinator_keys=(group,)))
+            if found.coordinators[0].error_code == ErrorCode.none:
+                break
+            assert time.monotonic() < deadline, found
+            await asyncio.sleep(0.2)
         while True:
             response = await member.heartbeat(subscribe=True)
             if response.error_code == ErrorCode.none and response.assignment is not None:
@@ -205,7 +211,7 @@ async def test_four_members_of_one_partition_all_receive_records(broker: Any, to
         assert all(seen.values()), seen  # every member got some
         for i, member in enumerate(members):
             assert await member.acknowledge(pending[i]) == ErrorCode.none
-        await _eventually(lambda: _start_offset(bootstrap, group, topic), 40)
+        await _settled_start(broker, group, topic, 40)
     finally:
         for member in members:
             await member.close()
@@ -227,7 +233,7 @@ async def test_released_record_is_redelivered_and_rejected_one_never(broker: Any
         # Acknowledging a record this member does not hold is refused.
         assert await member.acknowledge([(2, 2, ACCEPT)]) == ErrorCode.invalid_record_state
         assert await member.acknowledge([(1, 1, ACCEPT)]) == ErrorCode.none
-        await _eventually(lambda: _start_offset(bootstrap, group, topic), 3)
+        await _settled_start(broker, group, topic, 3)
     finally:
         await member.close()
 
@@ -270,7 +276,7 @@ async def test_delivery_count_limit_archives_a_poison_record(broker: Any, topic:
             if not got:
                 break
         assert counts == [2, 3]  # delivered 3 times in all, then archived
-        await _eventually(lambda: _start_offset(bootstrap, group, topic), 2)
+        await _settled_start(broker, group, topic, 2)
     finally:
         await member.close()
 
@@ -285,7 +291,9 @@ async def test_alter_and_list_share_group(broker: Any, topic: str) -> None:
     try:
         listed = await client.call(req(LIST_GROUPS, 5, states_filter=(), types_filter=("share",)))
         assert (group, "share") in [(g.group_id, g.group_type) for g in listed.groups]
-        assert await _start_offset(bootstrap, group, topic) == 4
+        # broker_min persists where a share-partition starts at once; Kafka only with its first
+        # acknowledgement (-1 until then).
+        assert await _start_offset(bootstrap, group, topic) in ((4,) if broker.kind == "broker_min" else (4, -1))
         await member.close()
         request = req(91, 0, group_id=group, topics=(sub(91, 0, "AlterShareGroupOffsetsRequestTopic", topic_name=topic,
                       partitions=(sub(91, 0, "AlterShareGroupOffsetsRequestPartition", partition_index=0, start_offset=1),)),))  # fmt: skip
@@ -334,17 +342,25 @@ async def test_no_record_lost_across_broker_min_restart(tmp_path: Path, topic: s
         server.stop()
 
 
-async def test_java_share_consumers_split_one_partition(broker: Any, topic: str, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def java_share_consumers(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """tests/java/ShareGroupConsumers.java compiled once (javac takes seconds): a class path."""
     reason = missing_kafka_tools()
     if reason is not None:
         pytest.skip(reason)
     lib = ensure_kafka_jars()
+    out = tmp_path_factory.mktemp("share-java")
+    subprocess.run(["javac", "-cp", f"{lib}/*", "-d", str(out), str(JAVA_CONSUMERS)], check=True, timeout=180)
+    return f"{out}:{lib}/*"
+
+
+async def test_java_share_consumers_split_one_partition(broker: Any, topic: str, java_share_consumers: str) -> None:
     bootstrap = broker.bootstrap_servers
     group = f"{topic}-g"
     await _group_configs(bootstrap, group, share_auto_offset_reset="earliest")
     await _topic_with_records(bootstrap, topic, 200)
     proc = await asyncio.create_subprocess_exec(
-        "java", "-cp", f"{lib}/*", str(JAVA_CONSUMERS), bootstrap, group, topic, "4", "200",
+        "java", "-cp", java_share_consumers, "ShareGroupConsumers", bootstrap, group, topic, "4", "200",
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
     out = (await asyncio.wait_for(proc.communicate(), 120))[0].decode()
@@ -352,7 +368,20 @@ async def test_java_share_consumers_split_one_partition(broker: Any, topic: str,
     counts = [int(line.split()[2]) for line in out.splitlines() if line.startswith("CONSUMER ")]
     assert len(counts) == 4 and all(counts), out[-3000:]
     assert "DISTINCT 200" in out, out[-3000:]
-    await _eventually(lambda: _start_offset(bootstrap, group, topic), 200)
+    await _settled_start(broker, group, topic, 200)
+
+
+async def _settled_start(broker: Any, group: str, topic: str, want: int) -> None:
+    """The share-partition start offset reaches ``want`` once everything below is acknowledged.
+
+    Apache Kafka persists a share-partition's start offset one state write late (the write that
+    moves it carries the previous value), so DescribeShareGroupOffsets may lag there; it is
+    checked exactly on broker_min and as a lower bound on Kafka.
+    """
+    if broker.kind == "broker_min":
+        await _eventually(lambda: _start_offset(broker.bootstrap_servers, group, topic), want)
+    else:
+        assert 0 <= await _start_offset(broker.bootstrap_servers, group, topic) <= want
 
 
 async def _eventually(probe: Any, want: Any, timeout: float = 15.0) -> None:

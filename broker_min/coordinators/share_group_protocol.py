@@ -8,7 +8,8 @@ A share group's members join, stay and leave through ShareGroupHeartbeat alone:
 - a member that sends no heartbeat for ``share.session.timeout.ms`` is removed;
 - there is no revocation: many members may read one partition at once (the share-partition's
   acquisition locks keep them apart), so a new target assignment is the members' assignment at
-  once and the member epoch simply follows the group epoch.
+  once; a member's epoch moves to the group epoch with the answer to its next heartbeat (until
+  then its old epoch stays valid, so one member joining never fences the others).
 
 The assignor is Kafka's share "simple" assignor in spirit: every subscribed partition goes to
 some member, spread evenly, and when there are more members than partitions each member still
@@ -141,6 +142,9 @@ class ShareGroupProtocol:
         member.rack_id = rack_id if rack_id is not None else member.rack_id
         if self._topics_changed(group, topics):
             self._bump(group, topics)
+        # A member learns a new epoch only from its own heartbeat's answer: until then its current
+        # epoch stays valid (another member's join must not fence it).
+        member.member_epoch = group.assignment_epoch
         assignment = None
         if member.sent != member.assignment:
             assignment = member.sent = {t: list(p) for t, p in member.assignment.items()}
@@ -196,7 +200,6 @@ class ShareGroupProtocol:
         targets = assign(group.members, group.topics_seen)
         for member in group.members.values():
             member.assignment = targets.get(member.member_id, {})
-            member.member_epoch = group.group_epoch
 
 
 def assign(
