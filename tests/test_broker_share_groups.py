@@ -403,3 +403,47 @@ async def _eventually_ok(client: RawClient, request: Any, timeout: float = 15.0)
             assert response.error_code == ErrorCode.none, response
             return response
         await asyncio.sleep(0.3)
+
+
+async def test_confluent_share_consumer_release_and_redelivery(broker: Any, topic: str) -> None:
+    """librdkafka's share consumer (confluent-kafka 2.16, explicit mode): a RELEASEd record comes
+    back with delivery_count 2; the rest are accepted once."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    if not hasattr(confluent_kafka, "ShareConsumer"):
+        pytest.skip("this confluent-kafka has no ShareConsumer")
+    bootstrap = broker.bootstrap_servers
+    group = f"{topic}-g"
+    await _group_configs(bootstrap, group, share_auto_offset_reset="earliest")
+    await _topic_with_records(bootstrap, topic, 10)
+
+    def consume() -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        consumer = confluent_kafka.ShareConsumer(
+            {"bootstrap.servers": bootstrap, "group.id": group, "share.acknowledgement.mode": "explicit"}
+        )
+        first: list[tuple[int, int]] = []
+        again: list[tuple[int, int]] = []
+        try:
+            consumer.subscribe([topic])
+            deadline = time.monotonic() + 40
+            while len(first) < 10 and time.monotonic() < deadline:
+                for message in consumer.poll(0.5):
+                    if message.error() is None:
+                        first.append((message.offset(), message.delivery_count()))
+                        kind = (confluent_kafka.AcknowledgeType.RELEASE if message.offset() == 0
+                                else confluent_kafka.AcknowledgeType.ACCEPT)  # fmt: skip
+                        consumer.acknowledge(message, kind)
+                consumer.commit_sync()
+            while not again and time.monotonic() < deadline:
+                for message in consumer.poll(0.5):
+                    if message.error() is None:
+                        again.append((message.offset(), message.delivery_count()))
+                        consumer.acknowledge(message)
+            consumer.commit_sync()
+        finally:
+            consumer.close()
+        return first, again
+
+    first, again = await asyncio.to_thread(consume)
+    assert sorted(first) == [(o, 1) for o in range(10)]
+    assert again == [(0, 2)]
+    await _settled_start(broker, group, topic, 10)
