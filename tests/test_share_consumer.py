@@ -260,6 +260,26 @@ async def test_delivery_count_limit_archives_a_poison_record(broker: RunningBrok
     assert deliveries == {b"poison": 3, b"fine": 1}
 
 
+async def test_renew_keeps_a_slow_record_locked(broker: RunningBroker) -> None:
+    bootstrap = broker.bootstrap_servers
+    group = new_topic_name("sg-renew")
+    topic = await _setup(bootstrap, group, share_record_lock_duration_ms="1500")
+    await _produce(bootstrap, topic, [b"slow", b"too-slow"])
+    async with _consumer(bootstrap, group, topic, share_acknowledgement_mode="explicit") as consumer:
+        slow, too_slow = await _poll_until(consumer, 2)
+        for _ in range(3):  # 3 s of work on a 1.5 s lock, renewed every second
+            await asyncio.sleep(1.0)
+            consumer.acknowledge(slow, AcknowledgeType.RENEW)
+            renewed = await consumer.commit_sync()
+            assert renewed[TopicPartition(topic, 0)].error is None
+        consumer.acknowledge(slow, AcknowledgeType.ACCEPT)
+        accepted = (await consumer.commit_sync())[TopicPartition(topic, 0)]
+        consumer.acknowledge(too_slow, AcknowledgeType.ACCEPT)  # its lock expired meanwhile
+        refused = (await consumer.commit_sync())[TopicPartition(topic, 0)]
+    assert (accepted.offsets, accepted.error) == ((0,), None)
+    assert refused.offsets == (1,) and type(refused.error).__name__ == "InvalidRecordStateError"
+
+
 async def test_async_for_and_commit_async(broker: RunningBroker) -> None:
     bootstrap = broker.bootstrap_servers
     group = new_topic_name("sg-iter")
