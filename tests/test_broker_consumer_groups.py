@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import struct
 import subprocess
 import time
 import uuid
@@ -390,6 +391,53 @@ def test_confluent_kafka_consumers_share_partitions(broker: Any) -> None:
             c.close()
 
 
+def test_classic_and_consumer_protocol_members_share_a_group(broker: Any) -> None:
+    """A mixed group: a classic confluent-kafka consumer joins a KIP-848 group, then leaves."""
+    ck = pytest.importorskip("confluent_kafka")
+    topic, group = new_topic_name("cg-mixed"), new_topic_name("cg-mixed-group")
+    asyncio.run(create_topics(broker.bootstrap_servers, (topic, 4)))
+    base = {"bootstrap.servers": broker.bootstrap_servers, "group.id": group, "auto.offset.reset": "earliest"}
+    modern = ck.Consumer({**base, "group.protocol": "consumer"})
+    classic = ck.Consumer({**base, "group.protocol": "classic", "session.timeout.ms": 10_000,
+                           "heartbeat.interval.ms": 200})  # fmt: skip
+    consumers = [modern, classic]
+    try:
+        modern.subscribe([topic])
+        deadline = time.monotonic() + 20
+        while len(modern.assignment()) != 4:
+            modern.poll(0.05)
+            assert time.monotonic() < deadline
+        classic.subscribe([topic])
+        deadline = time.monotonic() + 40
+        while True:
+            for c in consumers:
+                c.poll(0.05)
+            counts = [len(c.assignment()) for c in consumers]
+            if counts == [2, 2]:
+                break
+            assert time.monotonic() < deadline, counts
+        assert sorted(tp.partition for c in consumers for tp in c.assignment()) == [0, 1, 2, 3]
+        described = asyncio.run(_describe_once(broker.bootstrap_servers, group))
+        assert sorted(m.member_type for m in described.members) == [0, 1]  # classic, consumer
+        classic.close()
+        consumers.remove(classic)
+        deadline = time.monotonic() + 20
+        while len(modern.assignment()) != 4:
+            modern.poll(0.05)
+            assert time.monotonic() < deadline
+    finally:
+        for c in consumers:
+            c.close()
+
+
+async def _describe_once(bootstrap: str, group: str) -> Any:
+    client = await connect(bootstrap, group)
+    try:
+        return (await client.call(req(DESCRIBE, 1, group_ids=(group,), include_authorized_operations=False))).groups[0]
+    finally:
+        client.close()
+
+
 async def test_broker_min_restart_keeps_groups_and_assignments(tmp_path: Path) -> None:
     server = BrokerMinServer(tmp_path / "data")
     await asyncio.to_thread(server.start)
@@ -425,7 +473,7 @@ async def test_broker_min_restart_keeps_groups_and_assignments(tmp_path: Path) -
         await asyncio.to_thread(server.stop)
 
 
-async def test_broker_min_session_timeout_and_classic_join(tmp_path: Path) -> None:
+async def test_broker_min_session_timeout_fences_a_silent_member(tmp_path: Path) -> None:
     server = BrokerMinServer(tmp_path / "data", group_consumer_session_timeout_ms=500)
     await asyncio.to_thread(server.start)
     topic, group = new_topic_name("cg-session"), new_topic_name("cg-session-group")
@@ -436,13 +484,15 @@ async def test_broker_min_session_timeout_and_classic_join(tmp_path: Path) -> No
         await a.heartbeat()
         await b.heartbeat()
         await converge([a, b], [1, 1], 2)
-        # A classic member cannot join a non-empty consumer group (no mixed groups here).
-        join = await client.call(
-            req(JOIN_GROUP, 7, group_id=group, session_timeout=ms(10_000), rebalance_timeout=ms(10_000), member_id="",
-                group_instance_id=None, protocol_type="consumer", reason=None,
-                protocols=(sub(JOIN_GROUP, 7, "JoinGroupRequestProtocol", name="range", metadata=b""),))
-        )  # fmt: skip
-        assert join.error_code == ErrorCode.inconsistent_group_protocol
+        # A classic member may join (Kafka's MEMBER_ID_REQUIRED first), but only with protocol type consumer.
+        for protocol_type, expected in (("consumer", ErrorCode.member_id_required),
+                                        ("connect", ErrorCode.inconsistent_group_protocol)):  # fmt: skip
+            join = await client.call(
+                req(JOIN_GROUP, 7, group_id=group, session_timeout=ms(10_000), rebalance_timeout=ms(10_000),
+                    member_id="", group_instance_id=None, protocol_type=protocol_type, reason=None,
+                    protocols=(sub(JOIN_GROUP, 7, "JoinGroupRequestProtocol", name="range", metadata=b""),))
+            )  # fmt: skip
+            assert join.error_code == expected
         deadline = time.monotonic() + 10
         while len(b.owned_pairs()) < 2:  # only b heartbeats: a's session expires
             assert time.monotonic() < deadline
@@ -523,6 +573,17 @@ async def test_apache_kafka_reads_the_records_broker_min_writes(tmp_path: Path) 
         await a.heartbeat()
         await b.heartbeat()
         await converge([a, b], [1, 1], 2)
+        # A classic member joins too (its ClassicMemberMetadata is a tagged field of its record).
+        subscription = struct.pack(">hih", 0, 1, len(topic)) + topic.encode() + struct.pack(">i", -1)
+        member_id = ""
+        for _ in range(2):
+            join = await client.call(
+                req(JOIN_GROUP, 7, group_id=group, session_timeout=ms(10_000), rebalance_timeout=ms(10_000),
+                    member_id=member_id, group_instance_id=None, protocol_type="consumer", reason=None,
+                    protocols=(sub(JOIN_GROUP, 7, "JoinGroupRequestProtocol", name="range", metadata=subscription),))
+            )  # fmt: skip
+            member_id = join.member_id
+        assert join.error_code == ErrorCode.none and join.generation_id > 0
         await a.leave(-2)
         await b.leave()
         client.close()
@@ -541,5 +602,6 @@ async def test_apache_kafka_reads_the_records_broker_min_writes(tmp_path: Path) 
     text = decoded.stdout
     for name in ("ConsumerGroupMetadataKey", "ConsumerGroupPartitionMetadataKey", "ConsumerGroupMemberMetadataKey",
                  "ConsumerGroupTargetAssignmentMetadataKey", "ConsumerGroupTargetAssignmentMemberKey",
-                 "ConsumerGroupCurrentMemberAssignmentKey", "subscribedTopicRegex='cg-serde.*'", "memberEpoch=-2"):
+                 "ConsumerGroupCurrentMemberAssignmentKey", "subscribedTopicRegex='cg-serde.*'", "memberEpoch=-2",
+                 "classicMemberMetadata=ClassicMemberMetadata(sessionTimeoutMs=10000, supportedProtocols=[ClassicProtocol(name='range'"):
         assert name in text, name

@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from .consumer_group_records import TopicMetadata
+from .consumer_group_records import ClassicMetadata, TopicMetadata
 
 #: topic id -> partitions
 Partitions = dict[uuid.UUID, frozenset[int]]
@@ -69,12 +69,18 @@ class ConsumerMember:
     subscribed_topic_regex: str | None = None
     rebalance_timeout_ms: int = -1
     server_assignor: str | None = None
+    #: Set for a member that joined with the classic protocol (JoinGroup) in a consumer group.
+    classic: ClassicMetadata | None = None
     assigned: Partitions = field(default_factory=dict)
     pending_revocation: Partitions = field(default_factory=dict)
 
     @property
     def is_static(self) -> bool:
         return self.instance_id is not None
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic is not None
 
     def owned(self) -> Iterable[tuple[uuid.UUID, int]]:
         """Every partition this member may still own: assigned and pending revocation."""

@@ -213,6 +213,7 @@ def replay(groups: dict[str, ConsumerGroup], key: ConsumerKey, value: Any) -> No
                 subscribed_topic_regex=m.subscribed_topic_regex,
                 rebalance_timeout_ms=m.rebalance_timeout_ms,
                 server_assignor=m.server_assignor,
+                classic=m.classic,
             )
         )
     elif t == CURRENT_MEMBER_ASSIGNMENT:
@@ -250,6 +251,7 @@ def member_records(group_id: str, member: ConsumerMember) -> list[Record]:
         member.subscribed_topic_regex,
         member.rebalance_timeout_ms,
         member.server_assignor,
+        member.classic,
     )
     return [(_key(MEMBER_METADATA, group_id, member.member_id), value)]
 
@@ -396,7 +398,6 @@ class ConsumerGroupProtocol:
         return ConsumerGroup(r.group_id)
 
     def _heartbeat(self, r: HeartbeatRequest) -> HeartbeatResult:
-        group_id = r.group_id
         group = self._group_for_join(r)
         member_id = r.member_id
         if not member_id and r.member_epoch == 0:
@@ -408,14 +409,6 @@ class ConsumerGroupProtocol:
             )
         member, replaced = self._member(group, r, member_id)
         previous = group.members.get(member_id)
-        records: list[Record] = []
-        if group_id in self._classic and group_id not in self.groups:
-            # An empty classic group becomes a consumer group (its offsets stay).
-            del self._classic[group_id]
-            records.append((_key(GROUP_METADATA, group_id), 0))
-            self._write_raw(group_id, [(encode_group_key(GroupKey(group_id)), None)])
-        if replaced is not None:
-            records += removal_records(group_id, replaced.member_id) if replaced.member_id != member_id else []
         updated = replace(
             member,
             instance_id=r.instance_id if r.instance_id is not None else member.instance_id,
@@ -435,6 +428,42 @@ class ConsumerGroupProtocol:
             client_id=r.client_id,
             client_host=r.client_host,
         )
+        reconciled = self.progress(group, previous, replaced, updated, r.owned)
+        full = (
+            r.rebalance_timeout_ms != -1
+            and (r.subscribed_topic_names is not None or r.subscribed_topic_regex is not None)
+            and r.owned is not None
+        )
+        changed = previous is None or previous.assigned != reconciled.assigned
+        return HeartbeatResult(
+            ErrorCode.none,
+            None,
+            member_id,
+            reconciled.member_epoch,
+            self.settings.heartbeat_interval_ms,
+            reconciled.assigned if (r.member_epoch == 0 or full or changed) else None,
+        )
+
+    def progress(
+        self,
+        group: ConsumerGroup,
+        previous: ConsumerMember | None,
+        replaced: ConsumerMember | None,
+        updated: ConsumerMember,
+        owned: Mapping[uuid.UUID, Sequence[int]] | None,
+    ) -> ConsumerMember:
+        """Record ``updated`` (a joining, rejoining or heartbeating member), bump the group epoch when
+        the subscriptions or the subscribed topics changed, compute the target assignment when it is
+        behind, and move the member towards its target; the member as it now is."""
+        group_id, member_id = group.group_id, updated.member_id
+        records: list[Record] = []
+        if group_id in self._classic and group_id not in self.groups:
+            # An empty classic group becomes a consumer group (its offsets stay).
+            del self._classic[group_id]
+            records.append((_key(GROUP_METADATA, group_id), 0))
+            self._write_raw(group_id, [(encode_group_key(GroupKey(group_id)), None)])
+        if replaced is not None and replaced.member_id != member_id:
+            records += removal_records(group_id, replaced.member_id)
         bump = False
         if previous is None or member_records(group_id, previous) != member_records(group_id, updated):
             records += member_records(group_id, updated)
@@ -469,26 +498,13 @@ class ConsumerGroupProtocol:
             group.assignment_epoch,
             group.target.get(member_id, {}),
             group.partition_epochs,
-            r.owned,
+            owned,
             self._subscribed_ids(group, member),
         )
         if reconciled != member:
             self._write(group_id, [assignment_record(group_id, reconciled)])
         self._schedule_timeouts(group, member, reconciled)
-        full = (
-            r.rebalance_timeout_ms != -1
-            and (r.subscribed_topic_names is not None or r.subscribed_topic_regex is not None)
-            and r.owned is not None
-        )
-        changed = previous is None or previous.assigned != reconciled.assigned
-        return HeartbeatResult(
-            ErrorCode.none,
-            None,
-            member_id,
-            reconciled.member_epoch,
-            self.settings.heartbeat_interval_ms,
-            reconciled.assigned if (r.member_epoch == 0 or full or changed) else None,
-        )
+        return reconciled
 
     def _member(
         self, group: ConsumerGroup, r: HeartbeatRequest, member_id: str
@@ -635,17 +651,21 @@ class ConsumerGroupProtocol:
         self._timers.cancel(("consumer-rebalance", group.group_id, member_id))
         log.info("group %s: member %s %s", group.group_id, member_id, why)
 
-    def _schedule_timeouts(self, group: ConsumerGroup, before: ConsumerMember, after: ConsumerMember) -> None:
-        group_id, member_id = group.group_id, after.member_id
+    def touch(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        """(Re)arm the member's session timeout (the classic session timeout for a classic member)."""
         self._timers.schedule(
-            ("consumer-session", group_id, member_id),
-            self.settings.session_timeout_ms,
+            ("consumer-session", group.group_id, member.member_id),
+            member.classic.session_timeout_ms if member.classic is not None else self.settings.session_timeout_ms,
             self._expire,
-            group_id,
-            member_id,
+            group.group_id,
+            member.member_id,
             "session",
             -1,
         )
+
+    def _schedule_timeouts(self, group: ConsumerGroup, before: ConsumerMember, after: ConsumerMember) -> None:
+        group_id, member_id = group.group_id, after.member_id
+        self.touch(group, after)
         key = ("consumer-rebalance", group_id, member_id)
         if after.state is MemberState.UNREVOKED_PARTITIONS:
             if before.state is not MemberState.UNREVOKED_PARTITIONS or before.member_epoch != after.member_epoch:
@@ -695,6 +715,8 @@ class ConsumerGroupProtocol:
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
+        if member.uses_classic_protocol:
+            return ErrorCode.illegal_generation if member_epoch != member.member_epoch else None
         if not transactional and api_version < 9:
             return ErrorCode.unsupported_version
         if member_epoch != member.member_epoch:
@@ -709,7 +731,7 @@ class ConsumerGroupProtocol:
         if member is None:
             return ErrorCode.unknown_member_id
         if member_epoch != member.member_epoch:
-            return ErrorCode.stale_member_epoch
+            return ErrorCode.illegal_generation if member.uses_classic_protocol else ErrorCode.stale_member_epoch
         return None
 
     def delete(self, group: ConsumerGroup) -> ErrorCode | None:

@@ -15,7 +15,8 @@ type  key (GroupId [, MemberId])                  value
 5     ConsumerGroupMemberMetadataKey              InstanceId, RackId, ClientId, ClientHost,
                                                   SubscribedTopicNames, SubscribedTopicRegex,
                                                   RebalanceTimeoutMs, ServerAssignor
-                                                  (+ tagged ClassicMemberMetadata, not written)
+                                                  (+ tagged ClassicMemberMetadata: SessionTimeoutMs,
+                                                  SupportedProtocols [Name, Metadata])
 6     ConsumerGroupTargetAssignmentMetadataKey    AssignmentEpoch
 7     ConsumerGroupTargetAssignmentMemberKey      TopicPartitions [TopicId, Partitions]
 8     ConsumerGroupCurrentMemberAssignmentKey     MemberEpoch, PreviousMemberEpoch, State,
@@ -71,6 +72,14 @@ class TopicMetadata:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMetadata:
+    """The tagged ClassicMemberMetadata of a member that joined with the classic protocol."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class MemberMetadata:
     """ConsumerGroupMemberMetadataValue: a member's subscription and identity."""
 
@@ -82,6 +91,7 @@ class MemberMetadata:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMetadata | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,19 +171,28 @@ def encode_partition_metadata(topics: Mapping[uuid.UUID, TopicMetadata]) -> byte
 
 
 def encode_member_metadata(m: MemberMetadata) -> bytes:
-    """ConsumerGroupMemberMetadataValue."""
+    """ConsumerGroupMemberMetadataValue (ClassicMemberMetadata as tagged field 0 when set)."""
     names = [_compact_length(len(m.subscribed_topic_names))]
     names += [_compact_string(n) for n in m.subscribed_topic_names]
-    return _value(
-        _compact_string(m.instance_id),
-        _compact_string(m.rack_id),
-        _compact_string(m.client_id),
-        _compact_string(m.client_host),
-        *names,
-        _compact_string(m.subscribed_topic_regex),
-        _I32.pack(m.rebalance_timeout_ms),
-        _compact_string(m.server_assignor),
+    body = _I16.pack(VALUE_VERSION) + b"".join(
+        [
+            _compact_string(m.instance_id),
+            _compact_string(m.rack_id),
+            _compact_string(m.client_id),
+            _compact_string(m.client_host),
+            *names,
+            _compact_string(m.subscribed_topic_regex),
+            _I32.pack(m.rebalance_timeout_ms),
+            _compact_string(m.server_assignor),
+        ]
     )
+    if m.classic is None:
+        return body + _NO_TAGS
+    parts = [_I32.pack(m.classic.session_timeout_ms), _compact_length(len(m.classic.protocols))]
+    for name, metadata in m.classic.protocols:
+        parts += [_compact_string(name), _uvarint(len(metadata) + 1), metadata, _NO_TAGS]
+    struct_bytes = b"\x01" + b"".join(parts) + _NO_TAGS  # a nullable tagged struct: presence byte first
+    return body + _uvarint(1) + _uvarint(0) + _uvarint(len(struct_bytes)) + struct_bytes
 
 
 def encode_target_assignment_metadata(epoch: int) -> bytes:
@@ -278,8 +297,27 @@ def decode_member_metadata(data: bytes) -> MemberMetadata:
     regex = reader.nullable_string()
     rebalance_timeout = reader.int32()
     assignor = reader.nullable_string()
-    _done(reader)
-    return MemberMetadata(instance_id, rack_id, client_id, client_host, names, regex, rebalance_timeout, assignor)
+    classic = None
+    for _ in range(reader.uvarint()):
+        tag, size = reader.uvarint(), reader.uvarint()
+        if tag != 0:
+            reader._take(size)
+            continue
+        end = reader.pos + size
+        if reader._take(1)[0]:
+            session_timeout = reader.int32()
+            protocols = []
+            for _ in range(reader.array_length()):
+                name = reader.string()
+                protocols.append((name, reader.bytes_()))
+                reader.tagged_fields()
+            reader.tagged_fields()
+            classic = ClassicMetadata(session_timeout, tuple(protocols))
+        reader.pos = end
+    reader.finish()
+    return MemberMetadata(
+        instance_id, rack_id, client_id, client_host, names, regex, rebalance_timeout, assignor, classic
+    )
 
 
 def decode_target_assignment_member(data: bytes) -> dict[uuid.UUID, frozenset[int]]:

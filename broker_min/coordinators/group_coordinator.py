@@ -35,12 +35,14 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Iterable, Sequence
+from typing import TypeVar
 
 from kafkakit.broker.log import LogError
 from kio.schema.errors import ErrorCode
 
 from .classic_group_protocol import ClassicGroupProtocol
 from .consumer_group import ConsumerGroup
+from .consumer_group_classic import ClassicMembers
 from .consumer_group_protocol import (
     ConsumerGroupProtocol,
     HeartbeatRequest,
@@ -84,6 +86,7 @@ __all__ = [  # the request/answer types stay importable from here
 ]
 
 log = logging.getLogger("kafkakit.broker.groups")
+_T = TypeVar("_T")
 
 
 class GroupCoordinator:
@@ -114,6 +117,7 @@ class GroupCoordinator:
             self.consumer_groups, self.groups, settings.consumer, self._timers, self._persist,
             self.coordinator_error, lambda: self.topic_lookup(),
         )  # fmt: skip
+        self._mixed = ClassicMembers(self._consumer)
         self._offsets.validate_consumer_commit = lambda group, member, epoch, txn, version: (
             self._consumer.validate_commit(group, member, epoch, transactional=txn, api_version=version)
         )
@@ -168,25 +172,31 @@ class GroupCoordinator:
         """Handle a JoinGroup; the future resolves when the answer is known (maybe after the join phase).
 
         A classic member joining a consumer group: an empty consumer group is converted to a classic
-        one (Kafka's downgrade, allowed by its default migration policy); a non-empty one answers
-        INCONSISTENT_GROUP_PROTOCOL.  Kafka instead takes the classic member into the consumer group
-        (a mixed group, KIP-848's migration rules), which is not built here."""
-        consumer = self.consumer_groups.get(request.group_id)
-        if consumer is not None and self.coordinator_error(request.group_id) is None:
-            if consumer.members or self._consumer.delete(consumer) is not None:
-                done: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
-                done.set_result(JoinResult(ErrorCode.inconsistent_group_protocol, ""))
-                return done
+        one (Kafka's downgrade, allowed by its default migration policy); a non-empty one takes it
+        in as a member (a mixed group, :mod:`.consumer_group_classic`)."""
+        consumer = self._consumer_group_of(request.group_id)
+        if consumer is not None:
+            if consumer.members:
+                return _done(self._mixed.join(consumer, request))
+            error = self._consumer.delete(consumer)
+            if error is not None:
+                return _done(JoinResult(error, ""))
         return self._classic.join(request)
 
     def sync(self, request: SyncRequest) -> asyncio.Future[SyncResult]:
         """Handle a SyncGroup; followers' futures resolve when the leader's assignment is stored."""
+        consumer = self._consumer_group_of(request.group_id)
+        if consumer is not None:
+            return _done(self._mixed.sync(consumer, request))
         return self._classic.sync(request)
 
     def heartbeat(
         self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int
     ) -> ErrorCode:
         """Keep a member's session alive; REBALANCE_IN_PROGRESS tells it to rejoin."""
+        consumer = self._consumer_group_of(group_id)
+        if consumer is not None:
+            return self._mixed.heartbeat(consumer, member_id, group_instance_id, generation_id)
         return self._classic.heartbeat(group_id, member_id, group_instance_id, generation_id)
 
     def leave(
@@ -196,7 +206,17 @@ class GroupCoordinator:
 
         Returns the top-level error and (member id, instance id, error) per member.
         """
+        consumer = self._consumer_group_of(group_id)
+        if consumer is not None:
+            return self._mixed.leave(consumer, members)
         return self._classic.leave(group_id, members)
+
+    def _consumer_group_of(self, group_id: str) -> ConsumerGroup | None:
+        """The consumer group ``group_id``, when it is one and coordinated here."""
+        group = self.consumer_groups.get(group_id)
+        if group is None or self.coordinator_error(group_id) is not None:
+            return None
+        return group
 
     # ==================================================================== the KIP-848 consumer group protocol
 
@@ -362,3 +382,10 @@ class GroupCoordinator:
         except LogError as exc:
             return append_error(group_id, exc, offsets=offsets)
         return None
+
+
+def _done(result: _T) -> asyncio.Future[_T]:
+    """A future that is already resolved with ``result``."""
+    future: asyncio.Future[_T] = asyncio.get_running_loop().create_future()
+    future.set_result(result)
+    return future

@@ -7,7 +7,7 @@ the answer waits only until the records it wrote are replicated (cluster mode).
 
 Version notes: v0 lets the coordinator name a joining member that sends an empty member id;
 from v1 the member id is the client's (INVALID_REQUEST when empty).  ConsumerGroupDescribe v1
-adds the member type (-1 unknown here: every member speaks the consumer protocol).
+adds the member type (0 for a classic member of a mixed group, 1 for a consumer-protocol member).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
-#: The member type of a consumer-protocol member in ConsumerGroupDescribe v1 (Kafka: 1 "consumer").
+#: Member types in ConsumerGroupDescribe v1 (Kafka's: 0 classic, 1 consumer).
+CLASSIC_MEMBER_TYPE = 0
 CONSUMER_MEMBER_TYPE = 1
 
 
@@ -136,7 +137,7 @@ def _describe(state: BrokerState, cls: type, group: ConsumerGroup, include_opera
             target_assignment=make(
                 assignment_cls, topic_partitions=_topic_partitions(cls, group.target.get(m.member_id, {}), names)
             ),
-            member_type=CONSUMER_MEMBER_TYPE,
+            member_type=CLASSIC_MEMBER_TYPE if m.uses_classic_protocol else CONSUMER_MEMBER_TYPE,
         )
         for m in group.members.values()
     )
