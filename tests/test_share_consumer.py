@@ -195,6 +195,35 @@ async def test_stop_releases_records_acquired_by_a_fetch_in_flight(broker: Runni
     assert sorted(r.value for r in again) == [b"f0", b"f1"]
 
 
+async def test_records_of_a_partition_no_longer_assigned_can_still_be_acknowledged(broker: RunningBroker) -> None:
+    bootstrap = broker.bootstrap_servers
+    group = new_topic_name("sg-moved")
+    topic = await _setup(bootstrap, group)
+    other = new_topic_name("share")
+    async with Admin(bootstrap_servers=bootstrap) as admin:
+        await admin.create_topics([NewTopic(other, 1, 1)])
+    await _produce(bootstrap, topic, [b"m0", b"m1"])
+    results: list[Any] = []
+    async with _consumer(
+        bootstrap, group, topic, share_acknowledgement_mode="explicit", acknowledgement_commit_callback=results.append
+    ) as consumer:
+        held = await _poll_until(consumer, 2)
+        consumer.subscribe([other])
+        deadline = time.monotonic() + 20
+        while consumer.assignment() != {TopicPartition(other, 0)} and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        for record in held:
+            consumer.acknowledge(record, AcknowledgeType.ACCEPT)
+        assert _flat(await consumer.getmany(timeout_ms=1000)) == []  # sends them (ShareAcknowledge)
+    answered = [r for result in results for r in result.values() if r.partition.topic == topic]
+    assert [(r.offsets, r.error) for r in answered] == [((0, 1), None)]
+    async with _consumer(bootstrap, group, topic) as later:  # accepted: never delivered again
+        deadline = time.monotonic() + 20
+        while not later.assignment() and time.monotonic() < deadline:
+            assert _flat(await later.getmany(timeout_ms=200)) == []
+        assert later.assignment() and _flat(await later.getmany(timeout_ms=1000)) == []
+
+
 _KILLED_WORKER = """
 import asyncio, sys
 from kafkakit import ShareConsumer

@@ -149,10 +149,13 @@ class ShareFetcher:
     def has_pending(self) -> bool:
         return any(self._pending.values())
 
-    def _take_pending(self, node: int) -> dict[TopicPartition, Acknowledgements]:
+    def _take_pending(
+        self, node: int, only: set[TopicPartition] | None = None
+    ) -> dict[TopicPartition, Acknowledgements]:
+        """The pending acknowledgements of partitions led by ``node`` (of ``only``, when given)."""
         taken = {}
         for tp in list(self._pending):
-            if self._cluster.metadata.leader_for(tp) == node:
+            if (only is None or tp in only) and self._cluster.metadata.leader_for(tp) == node:
                 taken[tp] = self._pending.pop(tp)
         return taken
 
@@ -235,7 +238,10 @@ class ShareFetcher:
         if session.epoch == 0 and not wanted:
             await asyncio.sleep(config.retry_backoff)  # acknowledgements only, and no session for them
             return
-        acks = self._take_pending(node) if session.epoch > 0 else {}
+        # Acknowledgements ride along for the partitions this fetch reads; those of partitions no
+        # longer assigned (records handed out before the assignment changed) go in a ShareAcknowledge
+        # after it, so that they do not bring the partition back into the session.
+        acks = self._take_pending(node, wanted) if session.epoch > 0 else {}
         renew = any(a.has_renew for a in acks.values())
         if renew and conn.version(ApiKey.SHARE_FETCH) < _RENEW_VERSION:
             self._report_unsent(acks, UnsupportedVersionError("RENEW needs ShareFetch v2 (Apache Kafka 4.2+)"))
@@ -302,6 +308,10 @@ class ShareFetcher:
             results.setdefault(tp, AcknowledgementResult(tp, a.offsets(), None))
         if results:
             self._on_results(results)
+        if session.epoch > 0 and any(
+            tp not in wanted and self._cluster.metadata.leader_for(tp) == node for tp in self._pending
+        ):
+            await self._acknowledge_locked(node, final=False, excluding=wanted)
 
     def _take_partition(self, tp: TopicPartition, p: Any) -> None:
         code = int(p.error_code)
@@ -385,57 +395,65 @@ class ShareFetcher:
 
     async def _acknowledge_node(self, node: int, final: bool) -> AckResults:
         async with self._node_locks[node]:
-            session = self._sessions.setdefault(node, _Session())
-            if session.epoch == 0:
-                # No session: acknowledgements need one (they wait for the next ShareFetch).
-                return {}
-            acks = self._take_pending(node)
-            if not acks and not final:
-                return {}
-            try:
-                conn = await self._connection(node)
-                renew = any(a.has_renew for a in acks.values())
-                if renew and conn.version(ApiKey.SHARE_ACKNOWLEDGE) < _RENEW_VERSION:
-                    raise UnsupportedVersionError("RENEW needs ShareAcknowledge v2 (Apache Kafka 4.2+)")
-                ids = self._topic_ids({tp.topic for tp in acks})
-                epoch = FINAL_EPOCH if final else session.next_epoch()
-                response = await conn.call(
-                    ApiKey.SHARE_ACKNOWLEDGE,
-                    group_id=self._group_id,
-                    member_id=self._member_id(),
-                    share_session_epoch=epoch,
-                    is_renew_ack=renew,
-                    topics=_topics(set(), acks, ids, key="acknowledgement_batches"),
-                )
-            except BaseException as exc:
-                session.reset()
-                self._report_unsent(acks, exc)
-                raise
-            if final:
-                session.reset()
-            code = int(response.error_code)
-            if code:
-                session.reset()
-                error = for_code(code)(response.error_message or f"ShareAcknowledge to broker {node}")
-                results = {tp: AcknowledgementResult(tp, a.offsets(), error) for tp, a in acks.items()}
-                self._on_results(results)
-                return results
-            names = {topic_id: name for name, topic_id in ids.items()}
-            results = {}
-            for topic in response.responses:
-                name = names.get(topic.topic_id)
-                for p in topic.partitions:
-                    tp = TopicPartition(name or "", int(p.partition_index))
-                    if tp not in acks:
-                        continue
-                    code = int(p.error_code)
-                    ack_error: KafkaError | None = for_code(code)(p.error_message or "") if code else None
-                    results[tp] = AcknowledgementResult(tp, acks[tp].offsets(), ack_error)
-            for tp, a in acks.items():
-                results.setdefault(tp, AcknowledgementResult(tp, a.offsets(), None))
-            if results:
-                self._on_results(results)
+            return await self._acknowledge_locked(node, final=final)
+
+    async def _acknowledge_locked(
+        self, node: int, *, final: bool, excluding: set[TopicPartition] | None = None
+    ) -> AckResults:
+        """One ShareAcknowledge to ``node`` (its lock held) with its pending acknowledgements (but
+        those of the partitions in ``excluding``)."""
+        session = self._sessions.setdefault(node, _Session())
+        if session.epoch == 0:
+            # No session: acknowledgements need one (they wait for the next ShareFetch).
+            return {}
+        only = None if excluding is None else {tp for tp in self._pending if tp not in excluding}
+        acks = self._take_pending(node, only)
+        if not acks and not final:
+            return {}
+        try:
+            conn = await self._connection(node)
+            renew = any(a.has_renew for a in acks.values())
+            if renew and conn.version(ApiKey.SHARE_ACKNOWLEDGE) < _RENEW_VERSION:
+                raise UnsupportedVersionError("RENEW needs ShareAcknowledge v2 (Apache Kafka 4.2+)")
+            ids = self._topic_ids({tp.topic for tp in acks})
+            epoch = FINAL_EPOCH if final else session.next_epoch()
+            response = await conn.call(
+                ApiKey.SHARE_ACKNOWLEDGE,
+                group_id=self._group_id,
+                member_id=self._member_id(),
+                share_session_epoch=epoch,
+                is_renew_ack=renew,
+                topics=_topics(set(), acks, ids, key="acknowledgement_batches"),
+            )
+        except BaseException as exc:
+            session.reset()
+            self._report_unsent(acks, exc)
+            raise
+        if final:
+            session.reset()
+        code = int(response.error_code)
+        if code:
+            session.reset()
+            error = for_code(code)(response.error_message or f"ShareAcknowledge to broker {node}")
+            results = {tp: AcknowledgementResult(tp, a.offsets(), error) for tp, a in acks.items()}
+            self._on_results(results)
             return results
+        names = {topic_id: name for name, topic_id in ids.items()}
+        results = {}
+        for topic in response.responses:
+            name = names.get(topic.topic_id)
+            for p in topic.partitions:
+                tp = TopicPartition(name or "", int(p.partition_index))
+                if tp not in acks:
+                    continue
+                code = int(p.error_code)
+                ack_error: KafkaError | None = for_code(code)(p.error_message or "") if code else None
+                results[tp] = AcknowledgementResult(tp, acks[tp].offsets(), ack_error)
+        for tp, a in acks.items():
+            results.setdefault(tp, AcknowledgementResult(tp, a.offsets(), None))
+        if results:
+            self._on_results(results)
+        return results
 
     async def close(self, timeout: float) -> None:
         """Send pending acknowledgements and close every share session (releasing what this member
