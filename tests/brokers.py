@@ -410,11 +410,11 @@ class KafkaServer:
             "group.share.heartbeat.interval.ms": "1000",
             "group.share.min.record.lock.duration.ms": "1000",
             # KIP-848 consumer groups: members learn of moves within half a second (default 5 s), a
-            # killed member's partitions move after 10 s (default session 45 s, minimum 45 s).
+            # killed member's partitions move after 6 s (default session 45 s, minimum 45 s).
             "group.consumer.min.heartbeat.interval.ms": "500",
             "group.consumer.heartbeat.interval.ms": "500",
             "group.consumer.min.session.timeout.ms": "6000",
-            "group.consumer.session.timeout.ms": "10000",
+            "group.consumer.session.timeout.ms": "6000",
             "group.consumer.regex.refresh.interval.ms": "10000",  # the minimum: new topics matched sooner
             "group.initial.rebalance.delay.ms": "0",
             # The log cleaner looks for work every 15 s by default: too slow for compaction tests.

@@ -61,11 +61,11 @@ def broker_min(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerMinSe
 
     Available whatever KAFKAKIT_TEST_BROKERS says: broker-specific tests use it directly.
     """
-    # KIP-848 groups as on the Kafka fixture (tests/brokers.py): 500 ms heartbeats, 10 s sessions.
+    # KIP-848 groups as on the Kafka fixture (tests/brokers.py): 500 ms heartbeats, 6 s sessions.
     server = BrokerMinServer(
         tmp_path_factory.mktemp("broker_min"),
         group_consumer_heartbeat_interval_ms=500,
-        group_consumer_session_timeout_ms=10000,
+        group_consumer_session_timeout_ms=6000,
     )
     server.start()
     yield server

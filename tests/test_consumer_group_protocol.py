@@ -2,7 +2,7 @@
 
 Against every broker kind: Apache Kafka 4.3.1 speaks it out of the box, broker_min has its own
 KIP-848 coordinator; both fixtures set the consumer-group heartbeat interval to 500 ms and the
-session timeout to 10 s (tests/brokers.py, tests/conftest.py). Members are real ``kafkakit.Consumer`` objects polling in background tasks
+session timeout to 6 s (tests/brokers.py, tests/conftest.py). Members are real ``kafkakit.Consumer`` objects polling in background tasks
 (tests/test_consumer_groups.py's ``Member``), with a confluent-kafka member in the mixed group.
 """
 
@@ -142,10 +142,10 @@ async def test_member_leaves_or_is_killed_and_only_its_partitions_move(bootstrap
         await write(bootstrap, topic, 6, 60)
         await wait_for(lambda: sum(len(m.records) for m in members[1:]) >= 60, 10, "records after the leave")
         assert all(m.arrivals and max(max(t) for t in m.arrivals.values()) >= stamp for m in members[1:])
-        # A killed member (no leave) is removed after the session timeout (10 s on Kafka here).
+        # A killed member (no leave) is removed after the session timeout (6 s here).
         survivor = members[1]
         await members[2].crash()
-        await wait_for(lambda: survivor.assignment() == all_partitions(topic), 20, "the survivor takes all")
+        await wait_for(lambda: survivor.assignment() == all_partitions(topic), 15, "the survivor takes all")
         assert listeners[1].partitions("revoked") == []
     finally:
         for m in members[1:2]:
@@ -177,6 +177,30 @@ async def test_static_member_restart_keeps_its_partitions(bootstrap: str, topic:
             await restarted.stop()
     finally:
         await other.stop()
+
+
+async def test_unsubscribe_gives_the_partitions_up_and_subscribe_rejoins(bootstrap: str, topic: str) -> None:
+    await setup_topic(bootstrap, topic, 4)
+    group = group_name()
+    listener = RecordingListener()
+    c = consumer(bootstrap, group)
+    c.subscribe([topic], listener=listener)
+    first = await Member(c).start()
+    other = await Member(consumer(bootstrap, group, topic)).start()
+    try:
+        await wait_for(lambda: settled([first, other], all_partitions(topic, 4), [2, 2]), 20, "a 2/2 split")
+        mine = first.assignment()
+        listener.events.clear()
+        c.unsubscribe()  # on_partitions_revoked, then a leave heartbeat (epoch -1)
+        assert c.assignment() == set()
+        await wait_for(lambda: other.assignment() == all_partitions(topic, 4), 10, "the other takes all")
+        assert listener.partitions("revoked") == [mine]
+        c.subscribe([topic], listener=listener)  # joins again (epoch 0, same member id)
+        await wait_for(lambda: settled([first, other], all_partitions(topic, 4), [2, 2]), 20, "a new split")
+    finally:
+        await first.stop()
+        await other.stop()
+    assert first.error is None and other.error is None
 
 
 async def test_same_instance_id_while_the_first_is_active_is_a_fatal_error(bootstrap: str, topic: str) -> None:

@@ -125,6 +125,7 @@ class ConsumerMembership:
         self._reconciling = False
         self._lost_pending = False  # fenced: drop the assignment, then rejoin with epoch 0
         self._waiting_for_poll = False
+        self._unsubscribing: asyncio.Task[None] | None = None
         # Tasks and signals.
         self._wakeup = asyncio.Event()
         self._heartbeat_wakeup = asyncio.Event()
@@ -222,6 +223,13 @@ class ConsumerMembership:
         task = asyncio.create_task(self._finish_unsubscribe(listener, owned, positions, epoch, joined))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        self._unsubscribing = task  # a new subscription joins once the leave went out
+
+        def left(_: object) -> None:
+            self._unsubscribing = None
+            self._heartbeat_wakeup.set()
+
+        task.add_done_callback(left)
 
     async def _finish_unsubscribe(
         self,
@@ -333,7 +341,12 @@ class ConsumerMembership:
             await _wait(self._heartbeat_wakeup, max(delay, 0.001))
 
     def _wants_membership(self) -> bool:
-        return self._subscription.group_managed and not self._waiting_for_poll and not self._lost_pending
+        return (
+            self._subscription.group_managed
+            and not self._waiting_for_poll
+            and not self._lost_pending
+            and self._unsubscribing is None
+        )
 
     def _urgent(self) -> bool:
         """A heartbeat that must not wait for the interval: a join, an ack, a new subscription."""
