@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafkakit import Admin, NewTopic, Producer
+from kafkakit import Admin, NewTopic, Producer, TopicPartition
+from kafkakit.broker.coordinators import share_coordinator
 from kafkakit.broker.handlers.base import make, nested
 from kafkakit.protocol import request_class
 from kio.schema.errors import ErrorCode
@@ -309,7 +310,12 @@ async def test_alter_and_list_share_group(broker: Any, topic: str) -> None:
         client.close()
 
 
-async def test_no_record_lost_across_broker_min_restart(tmp_path: Path, topic: str) -> None:
+async def test_no_record_lost_across_broker_min_restart(
+    tmp_path: Path, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Share state comes back from ``__share_group_state``; a snapshot every 2 updates also prunes
+    the records below it, and the replay still finds everything."""
+    monkeypatch.setattr(share_coordinator, "SNAPSHOT_EVERY", 2)
     group = f"{topic}-g"
     server = BrokerMinServer(tmp_path / "data")
     server.start()
@@ -320,9 +326,13 @@ async def test_no_record_lost_across_broker_min_restart(tmp_path: Path, topic: s
         member = await Member.join(bootstrap, group, topic, topic_id)
         got = await member.fetch_until(10)
         # 0-3 accepted, 4 rejected, 5 released; 6-9 still held when the broker stops.
-        await member.acknowledge([(0, 3, ACCEPT), (4, 4, REJECT), (5, 5, RELEASE)])
+        for acks in ([(0, 1, ACCEPT)], [(2, 3, ACCEPT)], [(4, 4, REJECT)], [(5, 5, RELEASE)]):
+            assert await member.acknowledge(acks) == ErrorCode.none
         assert len(got) == 10
         member.client.close()
+        async with Admin(bootstrap_servers=bootstrap) as admin:
+            state = TopicPartition("__share_group_state", 0)
+            assert (await admin.list_offsets({state: "earliest"}))[state].offset > 0  # pruned
     finally:
         server.stop()
     server = BrokerMinServer(tmp_path / "data")
@@ -447,3 +457,32 @@ async def test_confluent_share_consumer_release_and_redelivery(broker: Any, topi
     assert sorted(first) == [(o, 1) for o in range(10)]
     assert again == [(0, 2)]
     await _settled_start(broker, group, topic, 10)
+
+
+async def test_timed_out_member_leaves_and_its_records_return(broker_min: Any, topic: str) -> None:
+    """broker_min only (Kafka's minimum share session timeout is 45 s): a member that stops
+    heartbeating is removed after ``share.session.timeout.ms`` (ShareGroupDescribe no longer lists
+    it) and its records are released at once, long before their 30 s locks expire."""
+    bootstrap = broker_min.bootstrap_servers
+    group = f"{topic}-g"
+    await _group_configs(bootstrap, group, share_auto_offset_reset="earliest", share_session_timeout_ms="1000")
+    topic_id = await _topic_with_records(bootstrap, topic, 3)
+    gone = await Member.join(bootstrap, group, topic, topic_id)
+    stays = await Member.join(bootstrap, group, topic, topic_id)
+    try:
+        assert len(await gone.fetch_until(3)) == 3
+        gone.client.close()
+        for _ in range(3):  # the other member keeps its session alive
+            await asyncio.sleep(0.45)
+            assert (await stays.heartbeat()).error_code == ErrorCode.none
+        client = await RawClient.connect(bootstrap)
+        try:
+            described = await client.call(req(77, 1, group_ids=(group,), include_authorized_operations=False))
+        finally:
+            client.close()
+        (described_group,) = described.groups
+        assert [m.member_id for m in described_group.members] == [stays.member_id]
+        assert described_group.group_state == "Stable"
+        assert sorted(await stays.fetch_until(3, timeout=5)) == [(0, 2), (1, 2), (2, 2)]
+    finally:
+        await stays.close()

@@ -122,6 +122,12 @@ class ShareCoordinator:
             self._member_gone(gone)
         return result
 
+    def sweep(self) -> None:
+        """Remove members past their session timeout (their acquired records are released); the
+        admin APIs call it so that a dead member does not linger while nobody heartbeats."""
+        for gone in self.protocol.expire_members():
+            self._member_gone(gone)
+
     def _member_gone(self, member_id: str) -> None:
         for key, sp in self._partitions.items():
             changed = sp.release_member(member_id, self.limits(key.group_id))

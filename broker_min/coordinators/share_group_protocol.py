@@ -150,10 +150,6 @@ class ShareGroupProtocol:
             assignment = member.sent = {t: list(p) for t, p in member.assignment.items()}
         return HeartbeatResult(ErrorCode.none, None, member_id, member.member_epoch, assignment), removed
 
-    def leave_all_expired(self) -> list[str]:
-        """Remove members past their session timeout (see :meth:`expire_members`)."""
-        return self.expire_members()
-
     def expire_members(self) -> list[str]:
         """Remove every member whose session timed out; their ids."""
         now = self._clock()

@@ -6,8 +6,10 @@ whole state) followed by ShareUpdate records (what changed since), in Kafka's ow
 rule over the key ``"group:topicId:partition"``.  After ``SNAPSHOT_EVERY`` updates a new
 snapshot is written, so a replay reads at most that many updates per share-partition after the
 last snapshot.  The topic uses ``cleanup.policy=delete`` with retention off, as compaction would
-keep only the last update of each key.  (Kafka also prunes the topic below the oldest snapshot
-still needed; broker_min does not, so the topic grows with the number of state changes.)
+keep only the last update of each key; instead, as Kafka does, each partition is pruned (its log
+start offset moved, DeleteRecords-style) up to the oldest latest-snapshot of the share-partitions
+it holds whenever a snapshot is written, so it holds about ``SNAPSHOT_EVERY`` records per
+share-partition.
 
 :meth:`ShareStateTopic.replay` reads every partition from the start and folds the records into
 one :class:`PersistedState` per share-partition: a snapshot replaces the state, an update
@@ -90,6 +92,8 @@ class ShareStateTopic:
 
     def __init__(self, state: BrokerState) -> None:
         self._state = state
+        #: Where each share-partition's latest snapshot is: (partition, offset).
+        self._snapshots: dict[ShareStateKey, tuple[int, int]] = {}
 
     def _partitions(self) -> int | None:
         info = self._state.topics.get(SHARE_STATE_TOPIC)
@@ -122,7 +126,16 @@ class ShareStateTopic:
             create_timestamp=persisted.create_timestamp,
             write_timestamp=now,
         )
-        self._append(key, [(encode_key(SNAPSHOT_TYPE, key), encode_value(value))])
+        partition, offset = self._append(key, [(encode_key(SNAPSHOT_TYPE, key), encode_value(value))])
+        self._snapshots[key] = (partition, offset)
+        self._prune(partition)
+
+    def _prune(self, partition: int) -> None:
+        """Drop the records below the oldest latest-snapshot of the partition's share-partitions."""
+        point = min((o for p, o in self._snapshots.values() if p == partition), default=None)
+        source = self._log(partition)
+        if point is not None and source.log_start_offset < point <= source.high_watermark:
+            source.delete_records_before(point)
 
     def write_update(self, key: ShareStateKey, persisted: PersistedState, start_offset: int,
                      batches: Sequence[StateBatch]) -> None:  # fmt: skip
@@ -141,14 +154,17 @@ class ShareStateTopic:
     def write_tombstones(self, key: ShareStateKey) -> None:
         """Forget ``key``'s state (DeleteShareGroupOffsets)."""
         self._append(key, [(encode_key(SNAPSHOT_TYPE, key), None), (encode_key(UPDATE_TYPE, key), None)])
+        self._snapshots.pop(key, None)
 
-    def _append(self, key: ShareStateKey, records: list[tuple[bytes, bytes | None]]) -> None:
+    def _append(self, key: ShareStateKey, records: list[tuple[bytes, bytes | None]]) -> tuple[int, int]:
+        """Append ``records`` as one batch to ``key``'s partition: (partition, base offset)."""
         count = self._partitions() or self._state.config.offsets_topic_num_partitions
         partition = state_key_partition(key, count)
         target = self._log(partition)
         now = time.time_ns() // 1_000_000
-        target.append(encode_batch([(k, v, now, ()) for k, v in records]))
+        result = target.append(encode_batch([(k, v, now, ()) for k, v in records]))
         self._state.notify_append(SHARE_STATE_TOPIC, partition)
+        return partition, result.base_offset
 
     def replay(self) -> dict[ShareStateKey, PersistedState]:
         """Every share-partition's persisted state, from the whole topic."""
@@ -160,24 +176,30 @@ class ShareStateTopic:
                 if header.is_control:
                     continue
                 for record in decode_batch(data.read_bytes(), 0, header, SHARE_STATE_TOPIC, partition):
-                    if record.key is not None:
-                        _apply(states, bytes(record.key), None if record.value is None else bytes(record.value))
+                    if record.key is None:
+                        continue
+                    key = _apply(states, bytes(record.key), None if record.value is None else bytes(record.value))
+                    if key is not None and key in states and states[key].updates_since_snapshot == 0:
+                        self._snapshots[key] = (partition, record.offset)
+                    elif key is not None and key not in states:
+                        self._snapshots.pop(key, None)
         return states
 
 
-def _apply(states: dict[ShareStateKey, PersistedState], raw_key: bytes, raw_value: bytes | None) -> None:
+def _apply(states: dict[ShareStateKey, PersistedState], raw_key: bytes, raw_value: bytes | None) -> ShareStateKey | None:
+    """Fold one record into ``states``; the share-partition it concerns (None for a foreign key)."""
     decoded = decode_key(raw_key)
     if decoded is None:
-        return
+        return None
     record_type, key = decoded
     if raw_value is None:
         states.pop(key, None)
-        return
+        return key
     try:
         value = decode_value(record_type, raw_value)
     except ValueError as exc:
         log.warning("skipping unreadable %s record for %s: %s", SHARE_STATE_TOPIC, key, exc)
-        return
+        return None
     if value.snapshot:
         states[key] = PersistedState(
             value.start_offset,
@@ -187,16 +209,17 @@ def _apply(states: dict[ShareStateKey, PersistedState], raw_key: bytes, raw_valu
             0,
             value.create_timestamp,
         )
-        return
+        return key
     found = states.get(key)
     if found is None:
-        return  # an update without its snapshot (a deleted share-partition's leftover)
+        return None  # an update without its snapshot (a deleted or pruned share-partition's leftover)
     found.offsets.update(_offsets(value.batches))
     found.updates_since_snapshot += 1
     if value.start_offset != NO_START_OFFSET:
         found.start_offset = value.start_offset
     for offset in [o for o in found.offsets if o < found.start_offset]:
         del found.offsets[offset]
+    return key
 
 
 def _offsets(batches: Sequence[StateBatch]) -> dict[int, tuple[int, int]]:

@@ -95,6 +95,8 @@ async def handle_share_group_describe(state: BrokerState, header: RequestHeaderI
     group_cls, member_cls = nested(cls, "DescribedGroup"), nested(cls, "Member")
     assignment_cls, tp_cls = nested(cls, "Assignment"), nested(cls, "TopicPartitions")
     include_operations = bool(getattr(request, "include_authorized_operations", False))
+    if not state.config.cluster_mode:
+        share_coordinator(state).sweep()
     out = []
     for group_id in request.group_ids:
         error: tuple[ErrorCode, str | None] | None = unavailable(state, group_id)
@@ -243,7 +245,9 @@ def listed_share_groups(state: BrokerState, states: Any) -> list[tuple[str, str]
     if state.config.cluster_mode:
         return []
     wanted = {s.lower() for s in states or ()}
-    groups = share_coordinator(state).protocol.groups.values()
+    coordinator = share_coordinator(state)
+    coordinator.sweep()
+    groups = coordinator.protocol.groups.values()
     return [(g.group_id, g.state) for g in groups if not wanted or g.state.lower() in wanted]
 
 
