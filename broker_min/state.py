@@ -52,7 +52,7 @@ log = logging.getLogger("kafkakit.broker")
 TOPICS_DIR = ".kafkakit-topics"
 SECURITY_DIR = ".kafkakit-security"
 META_FILE = "meta.properties"
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_NAME_LENGTH = 249
 # Seconds between scans for transactions past their timeout (Kafka: 10 s; cheap here).
@@ -85,7 +85,7 @@ class TopicInfo:
 
     @property
     def is_internal(self) -> bool:
-        """Kafka's two internal topics."""
+        """Kafka's internal topics (the group, transaction and share coordinators')."""
         return self.name in INTERNAL_TOPICS
 
     def to_json(self) -> dict[str, Any]:

@@ -306,6 +306,10 @@ async def test_alter_and_list_share_group(broker: Any, topic: str) -> None:
             assert [o for o, _ in await again.fetch_until(3)] == [1, 2, 3]
         finally:
             await again.close()
+        deleted = await _eventually_ok(client, req(42, 2, groups_names=(group,)), lambda r: r.results[0].error_code)
+        assert deleted.results[0].error_code == ErrorCode.none
+        listed = await client.call(req(LIST_GROUPS, 5, states_filter=(), types_filter=("share",)))
+        assert group not in [g.group_id for g in listed.groups]
     finally:
         client.close()
 
@@ -404,13 +408,14 @@ async def _eventually(probe: Any, want: Any, timeout: float = 15.0) -> None:
         await asyncio.sleep(0.2)
 
 
-async def _eventually_ok(client: RawClient, request: Any, timeout: float = 15.0) -> Any:
+async def _eventually_ok(client: RawClient, request: Any, error: Any = None, timeout: float = 15.0) -> Any:
     """Kafka may still see the member that just left for a moment (NON_EMPTY_GROUP)."""
+    error = error or (lambda response: response.error_code)
     deadline = time.monotonic() + timeout
     while True:
         response = await client.call(request)
-        if response.error_code == ErrorCode.none or time.monotonic() > deadline:
-            assert response.error_code == ErrorCode.none, response
+        if error(response) == ErrorCode.none or time.monotonic() > deadline:
+            assert error(response) == ErrorCode.none, response
             return response
         await asyncio.sleep(0.3)
 
