@@ -430,6 +430,56 @@ def test_classic_and_consumer_protocol_members_share_a_group(broker: Any) -> Non
             c.close()
 
 
+def test_a_classic_group_is_upgraded_and_downgraded_online(broker: Any) -> None:
+    """Kafka's default migration policy: a KIP-848 member joining a classic group converts it to a consumer
+    group; when it leaves, the classic member left is in a classic group again and gets every partition."""
+    ck = pytest.importorskip("confluent_kafka")
+    topic, group = new_topic_name("cg-migrate"), new_topic_name("cg-migrate-group")
+    asyncio.run(create_topics(broker.bootstrap_servers, (topic, 4)))
+    base = {"bootstrap.servers": broker.bootstrap_servers, "group.id": group, "auto.offset.reset": "earliest"}
+    classic = ck.Consumer({**base, "group.protocol": "classic", "session.timeout.ms": 10_000,
+                           "heartbeat.interval.ms": 200})  # fmt: skip
+    modern = ck.Consumer({**base, "group.protocol": "consumer"})
+    consumers = [classic, modern]
+
+    def poll_until(done: Any, timeout: float = 40) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            for c in consumers:
+                c.poll(0.05)
+            assert time.monotonic() < deadline, [len(c.assignment()) for c in consumers]
+
+    def group_type() -> str:
+        return asyncio.run(_listed_type(broker.bootstrap_servers, group))
+
+    try:
+        classic.subscribe([topic])
+        consumers.remove(modern)
+        poll_until(lambda: len(classic.assignment()) == 4)
+        assert group_type() == "classic"
+        consumers.append(modern)
+        modern.subscribe([topic])
+        poll_until(lambda: [len(c.assignment()) for c in consumers] == [2, 2])
+        assert group_type() == "consumer"
+        modern.close()
+        consumers.remove(modern)
+        poll_until(lambda: len(classic.assignment()) == 4)
+        assert group_type() == "classic"
+    finally:
+        for c in consumers:
+            c.close()
+
+
+async def _listed_type(bootstrap: str, group: str) -> str:
+    client = await connect(bootstrap, group)
+    try:
+        listed = await client.call(req(LIST_GROUPS, 5, states_filter=(), types_filter=()))
+        [found] = [g.group_type for g in listed.groups if g.group_id == group]
+        return str(found)
+    finally:
+        client.close()
+
+
 async def _describe_once(bootstrap: str, group: str) -> Any:
     client = await connect(bootstrap, group)
     try:

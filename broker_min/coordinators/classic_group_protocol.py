@@ -95,6 +95,13 @@ class ClassicGroupProtocol:
             member.member_id,
         )
 
+    def start_rebalance(self, group: ClassicGroup, reason: str) -> None:
+        """Arm every member's session and begin a rebalance (a group just converted from a KIP-848
+        consumer group, see :mod:`.consumer_group_classic`)."""
+        for member in group.members.values():
+            self.reschedule_heartbeat(group, member)
+        self._prepare_rebalance(group, reason)
+
     def _cancel_heartbeat(self, group: ClassicGroup, member_id: str) -> None:
         self._timers.cancel(("heartbeat", group.group_id, member_id))
 

@@ -12,9 +12,18 @@ Heartbeat answers REBALANCE_IN_PROGRESS while the member must rejoin to move on:
 epoch is ahead of it, it has partitions to revoke, or partitions it waited for were released.
 Offsets it commits are checked against its member epoch (ILLEGAL_GENERATION).
 
-Not built: converting a whole group between the two protocols (Kafka's online upgrade of a
-classic group when a consumer-protocol member joins it, and downgrade when the last
-consumer-protocol member leaves); the group stays a consumer group while it has members.
+Converting a whole group (Kafka's migration with its default policy, ``bidirectional``):
+
+- *online upgrade*: a consumer-protocol member joining a non-empty classic group of protocol type
+  ``consumer`` turns it into a consumer group whose members are the classic members, each at the
+  group's generation as its member epoch with its last assignment as current and target
+  assignment (Kafka's ``ConsumerGroup.fromClassicGroup``); their parked JoinGroup/SyncGroup get
+  REBALANCE_IN_PROGRESS and the joining member then bumps the group epoch as usual;
+- *online downgrade*: when the last consumer-protocol member leaves or is fenced and classic
+  members remain, the group becomes a Stable classic group of those members at the group epoch,
+  each with its target assignment, and a rebalance starts (Kafka's ``ClassicGroup.fromConsumerGroup``).
+
+Both write Kafka's records: tombstones for the old group's records, then the new group's.
 """
 
 from __future__ import annotations
@@ -36,11 +45,36 @@ from kio.schema.types import TopicName
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32
 
-from .consumer_group import ConsumerGroup, ConsumerMember, MemberState
-from .consumer_group_protocol import ConsumerGroupProtocol
-from .consumer_group_records import ClassicMetadata
-from .group import GroupError, JoinResult, SyncResult
-from .group_api import JoinRequest, SyncRequest
+from .classic_group_protocol import ClassicGroupProtocol
+from .consumer_group import ConsumerGroup, ConsumerMember, MemberState, Partitions
+from .consumer_group_protocol import (
+    ConsumerGroupProtocol,
+    Record,
+    _key,
+    assignment_record,
+    group_tombstones,
+    member_records,
+    removal_records,
+)
+from .consumer_group_records import (
+    GROUP_METADATA,
+    TARGET_ASSIGNMENT_MEMBER,
+    TARGET_ASSIGNMENT_METADATA,
+    ClassicMetadata,
+)
+from .group import (
+    ClassicGroup,
+    GroupError,
+    GroupState,
+    JoinResult,
+    Member,
+    SyncResult,
+    complete_join,
+    complete_sync,
+    now_ms,
+)
+from .group_api import JoinRequest, SyncRequest, group_metadata_record
+from .group_records import GroupKey, encode_group_key
 
 log = logging.getLogger("kafkakit.broker.groups")
 
@@ -50,6 +84,7 @@ _SUBSCRIPTIONS = [
     for m in (subscription_v0, subscription_v1, subscription_v2, subscription_v3)
 ]
 _WRITE_ASSIGNMENT = entity_writer(assignment_v3.ConsumerProtocolAssignment)
+_READ_ASSIGNMENT = entity_reader(assignment_v3.ConsumerProtocolAssignment)  # v0-3 share one layout
 
 
 def decode_subscription(metadata: bytes) -> tuple[list[str], list[tuple[str, int]], str | None]:
@@ -68,8 +103,19 @@ def decode_subscription(metadata: bytes) -> tuple[list[str], list[tuple[str, int
     return list(entity.topics), owned, (getattr(entity, "rack_id", None) or None)
 
 
-def encode_assignment(partitions: dict[str, list[int]]) -> bytes:
-    """A ConsumerProtocolAssignment v3 with its version prefix."""
+def decode_assignment(data: bytes) -> dict[str, list[int]]:
+    """Topic -> partitions of a ConsumerProtocolAssignment of any version (empty bytes: nothing)."""
+    if len(data) < 2:
+        return {}
+    entity, _ = _READ_ASSIGNMENT(bytes(data), 2)
+    out: dict[str, list[int]] = {}
+    for t in entity.assigned_partitions:
+        out.setdefault(t.topic, []).extend(t.partitions)
+    return out
+
+
+def encode_assignment(partitions: dict[str, list[int]], version: int = 3) -> bytes:
+    """A ConsumerProtocolAssignment (v0-3 share one layout) with its version prefix."""
     entity = assignment_v3.ConsumerProtocolAssignment(
         assigned_partitions=tuple(
             assignment_v3.TopicPartition(topic=TopicName(topic), partitions=tuple(i32(p) for p in sorted(ps)))
@@ -78,7 +124,7 @@ def encode_assignment(partitions: dict[str, list[int]]) -> bytes:
         user_data=None,
     )
     out = io.BytesIO()
-    out.write(struct.pack(">h", 3))
+    out.write(struct.pack(">h", min(max(version, 0), 3)))
     _WRITE_ASSIGNMENT(out, entity)
     return out.getvalue()
 
@@ -86,8 +132,123 @@ def encode_assignment(partitions: dict[str, list[int]]) -> bytes:
 class ClassicMembers:
     """JoinGroup/SyncGroup/Heartbeat/LeaveGroup of classic members in consumer groups."""
 
-    def __init__(self, protocol: ConsumerGroupProtocol) -> None:
+    def __init__(
+        self, protocol: ConsumerGroupProtocol, classic: ClassicGroupProtocol, classic_groups: dict[str, ClassicGroup]
+    ) -> None:
         self._protocol = protocol
+        self._classic = classic
+        self._classic_groups = classic_groups
+        protocol.upgrade = self.upgrade
+        protocol.downgrade = self.downgrade
+
+    # -- converting groups ------------------------------------------------------------------
+
+    def upgrade(self, classic: ClassicGroup) -> bool:
+        """Turn a non-empty classic group into a consumer group (Kafka's ``convertToConsumerGroup``);
+        False when it cannot be (another protocol type, too many members, unreadable metadata)."""
+        protocol = self._protocol
+        if classic.protocol_type != PROTOCOL_TYPE or len(classic.members) > protocol.settings.max_size:
+            return False
+        ids = {name: topic_id for name, (topic_id, _) in protocol.topics().items()}
+        generation = classic.generation_id
+        members: list[ConsumerMember] = []
+        try:
+            for m in classic.members.values():
+                topics, _owned, rack = decode_subscription(m.metadata(classic.protocol_name))
+                assigned: dict[uuid.UUID, frozenset[int]] = {}
+                for topic, partitions in decode_assignment(m.assignment).items():
+                    if topic in ids:
+                        assigned[ids[topic]] = frozenset(partitions)
+                members.append(
+                    ConsumerMember(
+                        m.member_id,
+                        member_epoch=generation,
+                        previous_member_epoch=generation,
+                        state=MemberState.STABLE,
+                        instance_id=m.group_instance_id,
+                        rack_id=rack,
+                        client_id=m.client_id,
+                        client_host=m.client_host,
+                        subscribed_topic_names=tuple(sorted(set(topics))),
+                        rebalance_timeout_ms=m.rebalance_timeout_ms,
+                        classic=ClassicMetadata(m.session_timeout_ms, m.protocols),
+                        assigned=assigned,
+                    )
+                )
+        except Exception as exc:
+            log.warning("cannot upgrade classic group %s: %s", classic.group_id, exc)
+            return False
+        group_id = classic.group_id
+        for m in classic.members.values():
+            complete_join(m, JoinResult(ErrorCode.rebalance_in_progress, m.member_id))
+            complete_sync(m, SyncResult(ErrorCode.rebalance_in_progress))
+        records: list[Record] = []
+        for member in members:
+            records += member_records(group_id, member)
+        records.append((_key(GROUP_METADATA, group_id), generation))
+        records += [(_key(TARGET_ASSIGNMENT_MEMBER, group_id, m.member_id), m.assigned) for m in members]
+        records.append((_key(TARGET_ASSIGNMENT_METADATA, group_id), generation))
+        records += [assignment_record(group_id, m) for m in members]
+        error = protocol._write_raw(group_id, [(encode_group_key(GroupKey(group_id)), None)])
+        if error is not None:
+            raise GroupError(error)
+        self._timers_cancel(group_id)
+        del self._classic_groups[group_id]
+        classic.transition_to(GroupState.DEAD)
+        protocol._write(group_id, records)
+        group = protocol.groups[group_id]
+        for member in group.members.values():
+            protocol.touch(group, member)
+        log.info("group %s: upgraded from classic to consumer group at epoch %d", group_id, generation)
+        return True
+
+    def downgrade(self, group: ConsumerGroup, leaving_member_id: str) -> bool:
+        """Turn a consumer group whose remaining members all use the classic protocol into a classic
+        group and start a rebalance (Kafka's ``convertToClassicGroup``)."""
+        group_id = group.group_id
+        remaining = [m for m in group.members.values() if m.member_id != leaving_member_id]
+        names = self._protocol.topic_names(group)
+        classic = ClassicGroup(
+            group_id, state=GroupState.STABLE, protocol_type=PROTOCOL_TYPE, generation_id=group.group_epoch,
+            state_timestamp_ms=now_ms(),
+        )  # fmt: skip
+        for m in remaining:
+            assert m.classic is not None
+            classic.add(
+                Member(
+                    m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                    m.classic.session_timeout_ms, PROTOCOL_TYPE, m.classic.protocols,
+                )
+            )  # fmt: skip
+        try:
+            classic.protocol_name = classic.select_protocol()
+        except RuntimeError:
+            return False
+        assignments: dict[str, bytes] = {}
+        for m in remaining:
+            member = classic.members[m.member_id]
+            metadata = member.metadata(classic.protocol_name)
+            version = struct.unpack_from(">h", metadata)[0] if len(metadata) >= 2 else 0
+            target: Partitions = group.target.get(m.member_id, {})
+            member.assignment = encode_assignment(
+                {names[t]: sorted(ps) for t, ps in target.items() if t in names and ps}, version
+            )
+            assignments[m.member_id] = member.assignment
+        records: list[Record] = []
+        for m in group.members.values():
+            records += removal_records(group_id, m.member_id)
+        records += group_tombstones(group_id)
+        self._protocol._write(group_id, records)
+        error = self._protocol._write_raw(group_id, [group_metadata_record(classic, assignments)])
+        if error is not None:
+            log.error("group %s: writing the downgraded classic group failed: %s", group_id, error)
+        self._timers_cancel(group_id)
+        self._classic_groups[group_id] = classic
+        self._classic.start_rebalance(classic, f"Downgrade group {group_id} from consumer to classic.")
+        return True
+
+    def _timers_cancel(self, group_id: str) -> None:
+        self._protocol._timers.cancel_matching(1, group_id)
 
     # -- JoinGroup -------------------------------------------------------------------------
 

@@ -319,6 +319,10 @@ class ConsumerGroupProtocol:
         self._write_raw = write
         self._coordinator_error = coordinator_error
         self.topics = topics
+        #: Kafka's online upgrade and downgrade between classic and consumer groups (set by the
+        #: coordinator, see :mod:`.consumer_group_classic`); True when the group was converted.
+        self.upgrade: Callable[[Any], bool] = lambda _classic_group: False
+        self.downgrade: Callable[[ConsumerGroup, str], bool] = lambda _group, _leaving: False
 
     # -- writing -------------------------------------------------------------------------
 
@@ -391,7 +395,12 @@ class ConsumerGroupProtocol:
         if group is not None:
             return group
         classic = self._classic.get(r.group_id)
-        if classic is not None and (r.member_epoch != 0 or not classic.is_in(GroupState.EMPTY)):
+        if classic is not None and not classic.is_in(GroupState.EMPTY):
+            # Kafka's online upgrade: the first consumer-protocol member converts a classic group.
+            if r.member_epoch == 0 and self.upgrade(classic):
+                return self.groups[r.group_id]
+            raise GroupError(ErrorCode.group_id_not_found, f"Group {r.group_id} is not a consumer group.")
+        if classic is not None and r.member_epoch != 0:
             raise GroupError(ErrorCode.group_id_not_found, f"Group {r.group_id} is not a consumer group.")
         if r.member_epoch != 0:
             raise GroupError(ErrorCode.group_id_not_found, f"Group {r.group_id} not found.")
@@ -638,7 +647,20 @@ class ConsumerGroupProtocol:
         return HeartbeatResult(ErrorCode.none, None, r.member_id, LEAVE_GROUP_MEMBER_EPOCH)
 
     def fence(self, group: ConsumerGroup, member_id: str, why: str) -> None:
-        """Remove a member and bump the group epoch (Kafka's ``consumerGroupFenceMember``)."""
+        """Remove a member and bump the group epoch (Kafka's ``consumerGroupFenceMember``); when only
+        classic members remain, the group becomes a classic group instead (Kafka's online downgrade)."""
+        member = group.members.get(member_id)
+        others = [m for m in group.members.values() if m.member_id != member_id]
+        if (
+            member is not None
+            and others
+            and all(m.uses_classic_protocol for m in others)
+            and self.downgrade(group, member_id)
+        ):
+            self._timers.cancel(("consumer-session", group.group_id, member_id))
+            self._timers.cancel(("consumer-rebalance", group.group_id, member_id))
+            log.info("group %s: member %s %s; the group is a classic group now", group.group_id, member_id, why)
+            return
         records = removal_records(group.group_id, member_id)
         remaining = {k: v for k, v in group.members.items() if k != member_id}
         shadow = ConsumerGroup(group.group_id, members=remaining)

@@ -117,7 +117,7 @@ class GroupCoordinator:
             self.consumer_groups, self.groups, settings.consumer, self._timers, self._persist,
             self.coordinator_error, lambda: self.topic_lookup(),
         )  # fmt: skip
-        self._mixed = ClassicMembers(self._consumer)
+        self._mixed = ClassicMembers(self._consumer, self._classic, self.groups)
         self._offsets.validate_consumer_commit = lambda group, member, epoch, txn, version: (
             self._consumer.validate_commit(group, member, epoch, transactional=txn, api_version=version)
         )
