@@ -203,6 +203,33 @@ async def test_unsubscribe_gives_the_partitions_up_and_subscribe_rejoins(bootstr
     assert first.error is None and other.error is None
 
 
+async def test_poll_timeout_leaves_the_group_and_the_next_poll_rejoins(bootstrap: str, topic: str) -> None:
+    await setup_topic(bootstrap, topic, 4)
+    group = group_name()
+    listener = RecordingListener()
+    other = await Member(consumer(bootstrap, group, topic)).start()
+    c = consumer(bootstrap, group, max_poll_interval_ms=1500)
+    c.subscribe([topic], listener=listener)
+
+    async def poll_until(condition: Any, what: str) -> None:
+        deadline = time.monotonic() + 20
+        while not condition():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            await c.getmany(timeout_ms=100)
+
+    try:
+        async with c:
+            await poll_until(lambda: sorted([len(c.assignment()), len(other.assignment())]) == [2, 2], "2/2")
+            listener.events.clear()
+            await asyncio.sleep(2.5)  # no poll for longer than max_poll_interval_ms: the member leaves
+            await wait_for(lambda: other.assignment() == all_partitions(topic, 4), 10, "the other takes all")
+            assert [kind for kind, _ in listener.events] == ["lost"]
+            await poll_until(lambda: sorted([len(c.assignment()), len(other.assignment())]) == [2, 2], "rejoin")
+    finally:
+        await other.stop()
+    assert other.error is None
+
+
 async def test_same_instance_id_while_the_first_is_active_is_a_fatal_error(bootstrap: str, topic: str) -> None:
     await setup_topic(bootstrap, topic, 2)
     group = group_name()

@@ -375,7 +375,7 @@ class ConsumerMembership:
             await self._cluster.refresh_metadata(names)  # auto-creates them where allowed, as classic does
         sent = self._sent
         full = sent is None
-        epoch = self.member_epoch
+        epoch, incarnation = self.member_epoch, self._epoch_changed
         owned = dict(self._owned)
         fields: dict[str, Any] = {
             "group_id": self._config.group_id,
@@ -404,7 +404,7 @@ class ConsumerMembership:
         )
         if self.metrics is not None:
             self.metrics.heartbeat_answered(sent_at)
-        if epoch != self.member_epoch or self._closing:
+        if incarnation is not self._epoch_changed or self._closing:
             return  # fenced, unsubscribed or left meanwhile: this answer is for a member that is gone
         code = int(response.error_code)
         if code:
@@ -428,6 +428,8 @@ class ConsumerMembership:
             self._wakeup.set()
 
     def _set_epoch(self, epoch: int) -> None:
+        """A new epoch (or a new membership at 0): wakes commits waiting for it; a heartbeat
+        answer to a request sent before is dropped."""
         self.member_epoch = epoch
         self._epoch_changed.set()
         self._epoch_changed = asyncio.Event()
