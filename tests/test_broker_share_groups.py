@@ -491,3 +491,28 @@ async def test_timed_out_member_leaves_and_its_records_return(broker_min: Any, t
         assert sorted(await stays.fetch_until(3, timeout=5)) == [(0, 2), (1, 2), (2, 2)]
     finally:
         await stays.close()
+
+
+async def test_waiting_fetch_gets_a_record_another_member_releases(broker: Any, topic: str) -> None:
+    """A waiting ShareFetch gets a record another member releases: on broker_min at once (the release
+    wakes it), on Kafka by the end of its wait (Kafka 4.3 does not wake it)."""
+    bootstrap = broker.bootstrap_servers
+    group = f"{topic}-g"
+    await _group_configs(bootstrap, group, share_auto_offset_reset="earliest")
+    topic_id = await _topic_with_records(bootstrap, topic, 1)
+    holder = await Member.join(bootstrap, group, topic, topic_id)
+    waiter = await Member.join(bootstrap, group, topic, topic_id)
+    try:
+        assert await holder.fetch_until(1) == [(0, 1)]
+        assert await waiter.fetch(max_wait_ms=100) == []
+        waiting = asyncio.ensure_future(waiter.fetch(max_wait_ms=5000))
+        await asyncio.sleep(0.3)
+        started = time.monotonic()
+        assert await holder.acknowledge([(0, 0, RELEASE)]) == ErrorCode.none
+        assert await waiting == [(0, 2)]
+        if broker.kind == "broker_min":
+            assert time.monotonic() - started < 3
+        assert await waiter.acknowledge([(0, 0, ACCEPT)]) == ErrorCode.none
+    finally:
+        await holder.close()
+        await waiter.close()

@@ -214,6 +214,12 @@ class ShareCoordinator:
         return sp is None or sp.has_available(high_watermark)
 
     def _persist(self, key: ShareStateKey, sp: SharePartition, changed: list[int]) -> None:
+        """Write what changed, and wake ShareFetch requests waiting on the partition (a released
+        record may be theirs to acquire now)."""
+        if changed:
+            found = self.topic_by_id(key.topic_id)
+            if found is not None:
+                self._state.notify_append(found[0], key.partition)
         persisted = self._persisted.get(key)
         if persisted is None:
             return
