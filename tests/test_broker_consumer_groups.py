@@ -2,8 +2,10 @@
 
 Members are driven by raw ConsumerGroupHeartbeat requests (tests/raw_protocol.py), which lets a
 test act as a well-behaved client that revokes at once, check the revoke-before-assign
-invariant after every answer, and not wait for heartbeat intervals; one test uses
-confluent-kafka's KIP-848 consumer (``group.protocol=consumer``).
+invariant after every answer, and not wait for heartbeat intervals.  confluent-kafka's KIP-848
+consumer (``group.protocol=consumer``) and classic consumer check the split, mixed groups and the
+online upgrade/downgrade.  broker_min only: restart, session timeout, cluster-mode failover, and
+Apache Kafka's own record serde reading what broker_min wrote.
 """
 
 from __future__ import annotations

@@ -47,20 +47,20 @@ from kio.static.primitive import i32
 
 from .classic_group_protocol import ClassicGroupProtocol
 from .consumer_group import ConsumerGroup, ConsumerMember, MemberState, Partitions
-from .consumer_group_protocol import (
-    ConsumerGroupProtocol,
-    Record,
-    _key,
-    assignment_record,
-    group_tombstones,
-    member_records,
-    removal_records,
-)
+from .consumer_group_protocol import ConsumerGroupProtocol
 from .consumer_group_records import (
     GROUP_METADATA,
     TARGET_ASSIGNMENT_MEMBER,
     TARGET_ASSIGNMENT_METADATA,
     ClassicMetadata,
+)
+from .consumer_group_replay import (
+    Record,
+    assignment_record,
+    group_tombstones,
+    member_records,
+    record_key,
+    removal_records,
 )
 from .group import (
     ClassicGroup,
@@ -185,9 +185,9 @@ class ClassicMembers:
         records: list[Record] = []
         for member in members:
             records += member_records(group_id, member)
-        records.append((_key(GROUP_METADATA, group_id), generation))
-        records += [(_key(TARGET_ASSIGNMENT_MEMBER, group_id, m.member_id), m.assigned) for m in members]
-        records.append((_key(TARGET_ASSIGNMENT_METADATA, group_id), generation))
+        records.append((record_key(GROUP_METADATA, group_id), generation))
+        records += [(record_key(TARGET_ASSIGNMENT_MEMBER, group_id, m.member_id), m.assigned) for m in members]
+        records.append((record_key(TARGET_ASSIGNMENT_METADATA, group_id), generation))
         records += [assignment_record(group_id, m) for m in members]
         error = protocol._write_raw(group_id, [(encode_group_key(GroupKey(group_id)), None)])
         if error is not None:

@@ -4,9 +4,10 @@ rebalance timeouts, static members, regex subscriptions, and ConsumerGroupDescri
 A port of the consumer-group half of Apache Kafka's ``GroupMetadataManager`` to one asyncio
 loop.  The state (:class:`~.consumer_group.ConsumerGroup`) only ever changes by *replaying
 records*: each step of a heartbeat builds Kafka's records (:mod:`.consumer_group_records`),
-appends them to ``__consumer_offsets`` and then applies them with :func:`replay`, the same
-function that rebuilds the groups when a partition loads.  So what a restart brings back is
-exactly what was live.
+appends them to ``__consumer_offsets`` and then applies them with
+:func:`~.consumer_group_replay.replay`, the same function that rebuilds the groups when a
+partition loads.  So what a restart brings back is exactly what was live.  Classic members in
+consumer groups, and converting groups between the protocols, are in :mod:`.consumer_group_classic`.
 
 A heartbeat, in Kafka's order:
 
@@ -54,28 +55,22 @@ from .consumer_group import (
     reconcile,
 )
 from .consumer_group_records import (
-    CURRENT_MEMBER_ASSIGNMENT,
     GROUP_METADATA,
-    MEMBER_METADATA,
     PARTITION_METADATA,
     TARGET_ASSIGNMENT_MEMBER,
     TARGET_ASSIGNMENT_METADATA,
-    ConsumerKey,
-    MemberAssignment,
-    MemberMetadata,
     TopicMetadata,
-    decode_current_assignment,
-    decode_epoch,
-    decode_member_metadata,
-    decode_partition_metadata,
-    decode_target_assignment_member,
-    encode_current_assignment,
-    encode_group_metadata,
-    encode_key,
-    encode_member_metadata,
-    encode_partition_metadata,
-    encode_target_assignment_member,
-    encode_target_assignment_metadata,
+)
+from .consumer_group_replay import (
+    Record,
+    assignment_record,
+    decode_value,
+    encode_record,
+    group_tombstones,
+    member_records,
+    record_key,
+    removal_records,
+    replay,
 )
 from .group import GroupError, GroupState
 from .group_records import GroupKey, encode_group_key
@@ -85,8 +80,6 @@ from .timers import Timers
 
 log = logging.getLogger("kafkakit.broker.groups")
 
-#: A decoded record: key and value object (None: tombstone).
-Record = tuple[ConsumerKey, Any]
 #: topic name -> (topic id, partition count), every topic of the cluster
 TopicLookup = Callable[[], Mapping[str, tuple[uuid.UUID, int]]]
 
@@ -133,156 +126,6 @@ class HeartbeatResult:
     member_epoch: int = 0
     heartbeat_interval_ms: int = 0
     assignment: Partitions | None = None
-
-
-# ============================================================================ replay
-
-
-def decode_value(key: ConsumerKey, value: bytes | None) -> Any:
-    """The value object of a stored record (None for a tombstone)."""
-    if value is None:
-        return None
-    t = key.record_type
-    if t in (GROUP_METADATA, TARGET_ASSIGNMENT_METADATA):
-        return decode_epoch(value)
-    if t == PARTITION_METADATA:
-        return decode_partition_metadata(value)
-    if t == MEMBER_METADATA:
-        return decode_member_metadata(value)
-    if t == TARGET_ASSIGNMENT_MEMBER:
-        return decode_target_assignment_member(value)
-    return decode_current_assignment(value)
-
-
-def encode_record(key: ConsumerKey, value: Any) -> CoordinatorRecord:
-    """A record as appended to ``__consumer_offsets``."""
-    if value is None:
-        return encode_key(key), None
-    t = key.record_type
-    if t == GROUP_METADATA:
-        data = encode_group_metadata(value)
-    elif t == TARGET_ASSIGNMENT_METADATA:
-        data = encode_target_assignment_metadata(value)
-    elif t == PARTITION_METADATA:
-        data = encode_partition_metadata(value)
-    elif t == MEMBER_METADATA:
-        data = encode_member_metadata(value)
-    elif t == TARGET_ASSIGNMENT_MEMBER:
-        data = encode_target_assignment_member(value)
-    else:
-        data = encode_current_assignment(value)
-    return encode_key(key), data
-
-
-def replay(groups: dict[str, ConsumerGroup], key: ConsumerKey, value: Any) -> None:
-    """Apply one record to ``groups`` (Kafka's ``GroupMetadataManager.replay`` for consumer groups)."""
-    group = groups.get(key.group)
-    if group is None:
-        if value is None:
-            return
-        group = groups[key.group] = ConsumerGroup(key.group)
-    t = key.record_type
-    if t == GROUP_METADATA:
-        if value is None:
-            del groups[key.group]
-        else:
-            group.group_epoch = value
-    elif t == PARTITION_METADATA:
-        group.subscription_metadata = dict(value or {})
-    elif t == TARGET_ASSIGNMENT_METADATA:
-        group.assignment_epoch = value if value is not None else 0
-    elif t == TARGET_ASSIGNMENT_MEMBER:
-        if value is None:
-            group.target.pop(key.member_id, None)
-        else:
-            group.target[key.member_id] = dict(value)
-    elif t == MEMBER_METADATA:
-        if value is None:
-            group.remove_member(key.member_id)
-            return
-        m: MemberMetadata = value
-        member = group.members.get(key.member_id) or ConsumerMember(key.member_id)
-        group.update_member(
-            replace(
-                member,
-                instance_id=m.instance_id,
-                rack_id=m.rack_id,
-                client_id=m.client_id,
-                client_host=m.client_host,
-                subscribed_topic_names=tuple(m.subscribed_topic_names),
-                subscribed_topic_regex=m.subscribed_topic_regex,
-                rebalance_timeout_ms=m.rebalance_timeout_ms,
-                server_assignor=m.server_assignor,
-                classic=m.classic,
-            )
-        )
-    elif t == CURRENT_MEMBER_ASSIGNMENT:
-        member = group.members.get(key.member_id) or ConsumerMember(key.member_id)
-        if value is None:
-            group.update_member(
-                replace(member, member_epoch=LEAVE_GROUP_MEMBER_EPOCH, assigned={}, pending_revocation={})
-            )
-            return
-        a: MemberAssignment = value
-        group.update_member(
-            replace(
-                member,
-                member_epoch=a.member_epoch,
-                previous_member_epoch=a.previous_member_epoch,
-                state=MemberState(a.state) if a.state in MemberState._value2member_map_ else MemberState.UNKNOWN,
-                assigned=dict(a.assigned),
-                pending_revocation=dict(a.pending_revocation),
-            )
-        )
-
-
-def _key(record_type: int, group_id: str, member_id: str = "") -> ConsumerKey:
-    return ConsumerKey(record_type, group_id, member_id)
-
-
-def member_records(group_id: str, member: ConsumerMember) -> list[Record]:
-    """The subscription record of ``member``."""
-    value = MemberMetadata(
-        member.instance_id,
-        member.rack_id,
-        member.client_id,
-        member.client_host,
-        member.subscribed_topic_names,
-        member.subscribed_topic_regex,
-        member.rebalance_timeout_ms,
-        member.server_assignor,
-        member.classic,
-    )
-    return [(_key(MEMBER_METADATA, group_id, member.member_id), value)]
-
-
-def assignment_record(group_id: str, member: ConsumerMember) -> Record:
-    value = MemberAssignment(
-        member.member_epoch,
-        member.previous_member_epoch,
-        int(member.state),
-        member.assigned,
-        member.pending_revocation,
-    )
-    return _key(CURRENT_MEMBER_ASSIGNMENT, group_id, member.member_id), value
-
-
-def removal_records(group_id: str, member_id: str) -> list[Record]:
-    """Kafka's order: current assignment, target assignment, subscription tombstones."""
-    return [
-        (_key(CURRENT_MEMBER_ASSIGNMENT, group_id, member_id), None),
-        (_key(TARGET_ASSIGNMENT_MEMBER, group_id, member_id), None),
-        (_key(MEMBER_METADATA, group_id, member_id), None),
-    ]
-
-
-def group_tombstones(group_id: str) -> list[Record]:
-    """Deleting an empty consumer group (Kafka's ``createGroupTombstoneRecords``)."""
-    return [
-        (_key(TARGET_ASSIGNMENT_METADATA, group_id), None),
-        (_key(PARTITION_METADATA, group_id), None),
-        (_key(GROUP_METADATA, group_id), None),
-    ]
 
 
 @functools.lru_cache(maxsize=256)
@@ -469,7 +312,7 @@ class ConsumerGroupProtocol:
         if group_id in self._classic and group_id not in self.groups:
             # An empty classic group becomes a consumer group (its offsets stay).
             del self._classic[group_id]
-            records.append((_key(GROUP_METADATA, group_id), 0))
+            records.append((record_key(GROUP_METADATA, group_id), 0))
             self._write_raw(group_id, [(encode_group_key(GroupKey(group_id)), None)])
         if replaced is not None and replaced.member_id != member_id:
             records += removal_records(group_id, replaced.member_id)
@@ -484,7 +327,7 @@ class ConsumerGroupProtocol:
             if replaced is not None:
                 bump = False  # a static member taking its place back changes nothing
                 records.append(
-                    (_key(TARGET_ASSIGNMENT_MEMBER, group_id, member_id), group.target.get(replaced.member_id, {}))
+                    (record_key(TARGET_ASSIGNMENT_MEMBER, group_id, member_id), group.target.get(replaced.member_id, {}))
                 )
                 records.append(assignment_record(group_id, updated))
         self._write(group_id, records)
@@ -493,10 +336,10 @@ class ConsumerGroupProtocol:
         metadata = self._subscription_metadata(group, updated)
         records = []
         if metadata != group.subscription_metadata:
-            records.append((_key(PARTITION_METADATA, group_id), metadata))
+            records.append((record_key(PARTITION_METADATA, group_id), metadata))
             bump = True
         if bump or group_id not in self.groups:
-            records.append((_key(GROUP_METADATA, group_id), group.group_epoch + 1))
+            records.append((record_key(GROUP_METADATA, group_id), group.group_epoch + 1))
         self._write(group_id, records)
         group = self.groups[group_id]
         if group.group_epoch > group.assignment_epoch:
@@ -612,8 +455,8 @@ class ConsumerGroupProtocol:
         records: list[Record] = []
         for member_id in sorted(target):
             if group.target.get(member_id) != target[member_id] or member_id not in group.target:
-                records.append((_key(TARGET_ASSIGNMENT_MEMBER, group.group_id, member_id), target[member_id]))
-        records.append((_key(TARGET_ASSIGNMENT_METADATA, group.group_id), group.group_epoch))
+                records.append((record_key(TARGET_ASSIGNMENT_MEMBER, group.group_id, member_id), target[member_id]))
+        records.append((record_key(TARGET_ASSIGNMENT_METADATA, group.group_id), group.group_epoch))
         log.info("group %s: target assignment at epoch %d by %s", group.group_id, group.group_epoch, assignor)
         return records
 
@@ -666,8 +509,8 @@ class ConsumerGroupProtocol:
         shadow = ConsumerGroup(group.group_id, members=remaining)
         metadata = self._subscription_metadata(shadow)
         if metadata != group.subscription_metadata:
-            records.append((_key(PARTITION_METADATA, group.group_id), metadata))
-        records.append((_key(GROUP_METADATA, group.group_id), group.group_epoch + 1))
+            records.append((record_key(PARTITION_METADATA, group.group_id), metadata))
+        records.append((record_key(GROUP_METADATA, group.group_id), group.group_epoch + 1))
         self._write(group.group_id, records)
         self._timers.cancel(("consumer-session", group.group_id, member_id))
         self._timers.cancel(("consumer-rebalance", group.group_id, member_id))

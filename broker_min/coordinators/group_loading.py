@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 
 from kio.schema.errors import ErrorCode
 
-from . import consumer_group_protocol, consumer_group_records
+from . import consumer_group_records, consumer_group_replay
 from .group_offsets import GroupTables
 from .group_records import GroupKey, GroupRecordError, OffsetKey, decode_key
 from .offsets_topic import OFFSETS_TOPIC, OffsetsTopic, StoredMarker, StoredRecord
@@ -163,8 +163,8 @@ def apply_record(tables: GroupTables, entry: StoredRecord) -> None:
         else:
             consumer_key = consumer_group_records.decode_key(entry.key)
             if consumer_key is not None:  # a KIP-848 consumer group record
-                value = consumer_group_protocol.decode_value(consumer_key, entry.value)
-                consumer_group_protocol.replay(tables.consumer_groups, consumer_key, value)
+                value = consumer_group_replay.decode_value(consumer_key, entry.value)
+                consumer_group_replay.replay(tables.consumer_groups, consumer_key, value)
                 classic = tables.groups.get(consumer_key.group)
                 if classic is not None and classic.protocol_type is None and not classic.members:
                     del tables.groups[consumer_key.group]  # the "simple" group its offsets made
