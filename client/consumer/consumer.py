@@ -525,7 +525,8 @@ class Consumer:
         return await group.fetch_committed(tps)
 
     def group_metadata(self) -> GroupMetadata:
-        """group_id, generation_id, member_id and group_instance_id of this member right now."""
+        """group_id, generation_id, member_id and group_instance_id of this member right now
+        (with ``group_protocol="consumer"``, generation_id is the member epoch)."""
         if self._group is None:
             raise KafkaConfigError("group_id", f"group_metadata() {_NEEDS_GROUP}")
         return self._group.group_metadata()

@@ -697,8 +697,8 @@ class ConsumerMembership:
                             await changed.wait()
                     except TimeoutError:
                         pass
-                    if self.member_epoch > 0:
-                        continue
+                    if changed.is_set() and self.member_epoch > 0:
+                        continue  # the heartbeat brought a new epoch: commit with it
                 if getattr(exc, "code", None) in (STALE_MEMBER_EPOCH, FENCED_MEMBER_EPOCH):
                     error = CommitFailedError(
                         f"OffsetCommit rejected ({exc}): this member's epoch {epoch} is over; "
