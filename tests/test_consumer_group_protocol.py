@@ -398,6 +398,39 @@ async def test_mixed_group_with_a_confluent_kafka_member(bootstrap: str, topic: 
     assert member.error is None
 
 
+async def test_classic_member_joins_a_consumer_group(bootstrap: str, topic: str) -> None:
+    """KIP-848's mixed groups: a classic-protocol member (JoinGroup/SyncGroup) joins the group the
+    consumer-protocol member created, and the broker assigns both."""
+    await setup_topic(bootstrap, topic, 4)
+    group = group_name()
+    modern = await Member(consumer(bootstrap, group, topic)).start()
+    try:
+        await wait_for(lambda: modern.assignment() == all_partitions(topic, 4), 20, "the first member's assignment")
+        classic = await Member(
+            Consumer(
+                topic,
+                bootstrap_servers=bootstrap,
+                group_id=group,
+                auto_offset_reset="earliest",
+                enable_auto_commit=False,
+                session_timeout_ms=6000,
+                heartbeat_interval_ms=500,
+            )
+        ).start()
+        try:
+            await wait_for(
+                lambda: len(modern.assignment()) == 2 and modern.assignment() | classic.assignment() == all_partitions(topic, 4),
+                30,
+                "a 2/2 split between a consumer-protocol and a classic member",
+            )
+        finally:
+            await classic.stop()
+        await wait_for(lambda: modern.assignment() == all_partitions(topic, 4), 15, "all back after the classic leaves")
+    finally:
+        await modern.stop()
+    assert modern.error is None and classic.error is None
+
+
 # -- a broker without the protocol -------------------------------------------------------
 
 
