@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.config import BrokerConfig
-from kafkakit.broker.coordinators.consumer_group_protocol import ConsumerSettings
+from kafkakit.broker.coordinators.consumer_group_protocol import ConsumerSettings, TopicsView
 from kafkakit.broker.coordinators.group_coordinator import GroupCoordinator, GroupSettings
 from kafkakit.broker.coordinators.group_records import partition_for_group
 from kafkakit.broker.coordinators.offsets_topic import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIGS, OffsetsTopic
@@ -219,7 +219,7 @@ class BrokerState:
             OffsetsTopic(self, config.offsets_topic_num_partitions, self.producer_states),
             group_settings(config),
         )
-        self.groups.topic_lookup = lambda: {t.name: (t.topic_id, t.num_partitions) for t in self.topics}
+        self.groups.topic_lookup = lambda: TopicsView(self.topics)
         if not config.cluster_mode:
             # In cluster mode a coordinator loads a partition when this node becomes its leader.
             self.groups.load()

@@ -149,7 +149,7 @@ class ClassicMembers:
         protocol = self._protocol
         if classic.protocol_type != PROTOCOL_TYPE or len(classic.members) > protocol.settings.max_size:
             return False
-        ids = {name: topic_id for name, (topic_id, _) in protocol.topics().items()}
+        topics_now = protocol.topics()
         generation = classic.generation_id
         members: list[ConsumerMember] = []
         try:
@@ -157,8 +157,8 @@ class ClassicMembers:
                 topics, _owned, rack = decode_subscription(m.metadata(classic.protocol_name))
                 assigned: dict[uuid.UUID, frozenset[int]] = {}
                 for topic, partitions in decode_assignment(m.assignment).items():
-                    if topic in ids:
-                        assigned[ids[topic]] = frozenset(partitions)
+                    if topic in topics_now:
+                        assigned[topics_now[topic][0]] = frozenset(partitions)
                 members.append(
                     ConsumerMember(
                         m.member_id,
@@ -278,11 +278,11 @@ class ClassicMembers:
                 client_host=request.client_host,
                 classic=ClassicMetadata(request.session_timeout_ms, tuple(request.protocols)),
             )
-            ids = {name: topic_id for name, (topic_id, _) in self._protocol.topics().items()}
+            topics_now = self._protocol.topics()
             owned_ids: dict[uuid.UUID, list[int]] = {}
             for topic, partition in owned:
-                if topic in ids:
-                    owned_ids.setdefault(ids[topic], []).append(partition)
+                if topic in topics_now:
+                    owned_ids.setdefault(topics_now[topic][0], []).append(partition)
             reconciled = self._protocol.progress(group, previous, replaced, updated, owned_ids)
         except GroupError as exc:
             return JoinResult(exc.code, "" if unknown else member_id)

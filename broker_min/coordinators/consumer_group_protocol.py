@@ -36,8 +36,9 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -84,7 +85,29 @@ log = logging.getLogger("kafkakit.broker.groups")
 TopicLookup = Callable[[], Mapping[str, tuple[uuid.UUID, int]]]
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+#: How long a regex's resolution stands before a heartbeat resolves it again over every topic.
+REGEX_REFRESH_SECONDS = 1.0
 FIRST_CLIENT_MEMBER_ID_VERSION = 1
+
+
+class TopicsView(Mapping[str, tuple[uuid.UUID, int]]):
+    """Topic name -> (topic id, partition count) over the broker's topic registry, without copying it
+    (a heartbeat looks up its subscribed names; only regex resolution walks every topic)."""
+
+    def __init__(self, registry: Any) -> None:
+        self._registry = registry
+
+    def __getitem__(self, name: str) -> tuple[uuid.UUID, int]:
+        topic = self._registry.get(name)
+        if topic is None:
+            raise KeyError(name)
+        return topic.topic_id, topic.num_partitions
+
+    def __iter__(self) -> Iterator[str]:
+        return (topic.name for topic in self._registry)
+
+    def __len__(self) -> int:
+        return len(self._registry)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +189,7 @@ class ConsumerGroupProtocol:
         #: coordinator, see :mod:`.consumer_group_classic`); True when the group was converted.
         self.upgrade: Callable[[Any], bool] = lambda _classic_group: False
         self.downgrade: Callable[[ConsumerGroup, str], bool] = lambda _group, _leaving: False
+        self._regex_cache: dict[str, tuple[float, list[str]]] = {}
 
     # -- writing -------------------------------------------------------------------------
 
@@ -412,9 +436,26 @@ class ConsumerGroupProtocol:
 
     # -- subscriptions and the target assignment -----------------------------------------
 
-    def _regex_topics(self, regexes: Iterable[str], names: Iterable[str]) -> dict[str, list[str]]:
+    @staticmethod
+    def _regex_topics(regexes: Iterable[str], names: Iterable[str]) -> dict[str, list[str]]:
+        regexes = set(regexes)
+        if not regexes:
+            return {}
         names = [n for n in names if n not in INTERNAL_TOPICS]
-        return {rx: [n for n in names if compile_regex(rx).fullmatch(n)] for rx in set(regexes)}
+        return {rx: [n for n in names if compile_regex(rx).fullmatch(n)] for rx in regexes}
+
+    def _resolve(self, regexes: Iterable[str], topics: Mapping[str, Any]) -> dict[str, list[str]]:
+        """The topics each regex matches, from a resolution at most :data:`REGEX_REFRESH_SECONDS` old
+        (Kafka resolves them at most every 10 s; every heartbeat here would cost a pass over every topic)."""
+        now = time.monotonic()
+        out: dict[str, list[str]] = {}
+        for rx in set(regexes):
+            cached = self._regex_cache.get(rx)
+            if cached is None or cached[0] < now:
+                cached = (now + REGEX_REFRESH_SECONDS, self._regex_topics([rx], topics)[rx])
+                self._regex_cache[rx] = cached
+            out[rx] = cached[1]
+        return out
 
     def _subscription_metadata(
         self, group: ConsumerGroup, updated: ConsumerMember | None = None
@@ -424,7 +465,7 @@ class ConsumerGroupProtocol:
             members[updated.member_id] = updated
         topics = self.topics()
         regexes = [m.subscribed_topic_regex for m in members.values() if m.subscribed_topic_regex]
-        resolved = self._regex_topics(regexes, topics)
+        resolved = self._resolve(regexes, topics)
         wanted: set[str] = set()
         for m in members.values():
             wanted.update(m.subscribed_topic_names)
