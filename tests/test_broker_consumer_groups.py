@@ -93,6 +93,7 @@ class Member:
         self.client, self.group = client, group
         self.topics, self.regex, self.instance_id, self.assignor = topics, regex, instance_id, assignor
         self.member_id = member_id or str(uuid.uuid4())
+        self.rebalance_timeout_ms = 30_000
         self.epoch = 0
         self.owned: dict[uuid.UUID, set[int]] = {}
 
@@ -108,7 +109,7 @@ class Member:
         )  # fmt: skip
         response = await self.client.call(
             req(HEARTBEAT, 1, group_id=self.group, member_id=self.member_id, member_epoch=epoch,
-                instance_id=self.instance_id, rebalance_timeout=ms(30_000 if joining else -1),
+                instance_id=self.instance_id, rebalance_timeout=ms(self.rebalance_timeout_ms if joining else -1),
                 subscribed_topic_names=tuple(self.topics) if joining and self.topics else None,
                 subscribed_topic_regex=self.regex if joining else None,
                 server_assignor=self.assignor if joining else None,
@@ -222,6 +223,33 @@ async def test_revocation_comes_before_assignment(broker: Any) -> None:
         assert_exclusive([first, second])
         await converge([first, second], [2, 2], 4)
         assert first.epoch == second.epoch > epoch
+    finally:
+        client.close()
+
+
+async def test_a_member_that_never_revokes_is_fenced_after_its_rebalance_timeout(broker: Any) -> None:
+    topic, group = new_topic_name("cg-stuck"), new_topic_name("cg-stuck-group")
+    await create_topics(broker.bootstrap_servers, (topic, 2))
+    client = await connect(broker, group)
+    try:
+        stuck = Member(client, group, [topic])
+        stuck.rebalance_timeout_ms = 1000
+        await stuck.heartbeat()
+        await converge([stuck], [2], 2)
+        held = dict(stuck.owned)
+        other = Member(client, group, [topic])
+        await other.heartbeat()
+        deadline = time.monotonic() + 20
+        while True:  # the stuck member keeps heartbeating but never gives a partition up
+            response = await stuck.heartbeat()
+            stuck.owned = dict(held)
+            if response.error_code != ErrorCode.none:
+                break
+            await other.heartbeat()
+            assert not other.owned_pairs() and time.monotonic() < deadline
+            await asyncio.sleep(0.2)
+        assert response.error_code == ErrorCode.unknown_member_id
+        await converge([other], [2], 2)
     finally:
         client.close()
 
@@ -480,6 +508,40 @@ async def _listed_type(bootstrap: str, group: str) -> str:
         return str(found)
     finally:
         client.close()
+
+
+def test_transactional_offsets_carry_the_member_epoch(broker: Any) -> None:
+    """send_offsets_to_transaction with a KIP-848 consumer's group metadata (TxnOffsetCommit with its epoch)."""
+    ck = pytest.importorskip("confluent_kafka")
+    topic, group = new_topic_name("cg-txn"), new_topic_name("cg-txn-group")
+    asyncio.run(create_topics(broker.bootstrap_servers, (topic, 1)))
+    producer = ck.Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": new_topic_name("cg-tid")})
+    consumer = ck.Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group,
+                            "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                            "enable.auto.commit": False})  # fmt: skip
+    try:
+        seeder = ck.Producer({"bootstrap.servers": broker.bootstrap_servers})
+        for i in range(3):
+            seeder.produce(topic, f"v{i}".encode())
+        assert seeder.flush(10) == 0
+        producer.init_transactions(30)
+        consumer.subscribe([topic])
+        seen: list[Any] = []
+        deadline = time.monotonic() + 30
+        while len(seen) < 3:
+            message = consumer.poll(0.1)
+            if message is not None and message.error() is None:
+                seen.append(message)
+            assert time.monotonic() < deadline
+        producer.begin_transaction()
+        last = seen[-1]
+        offsets = [ck.TopicPartition(topic, last.partition(), last.offset() + 1)]
+        producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+        producer.commit_transaction(30)
+        [committed] = consumer.committed([ck.TopicPartition(topic, 0)], timeout=10)
+        assert committed.offset == 3
+    finally:
+        consumer.close()
 
 
 async def _describe_once(bootstrap: str, group: str) -> Any:
