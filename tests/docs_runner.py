@@ -3,7 +3,7 @@
 A page gets a fresh broker_min child process (``python -m kafkakit.broker``) on
 a free port and one temporary directory; its fenced blocks run in page order:
 
-- ```` ```python ````: written to a file and run as ``python3 FILE`` (90 s, exit 0);
+- ```` ```python ````: written to a file and run as ``python3 FILE`` (240 s, exit 0);
   with ``<!-- pytest -->`` above it, written to ``test_*.py`` and run with
   ``python3 -m pytest -q -p no:cacheprovider FILE``;
 - ```` ```bash ````: run with ``bash -euo pipefail`` (the venv's bin first on PATH,
@@ -45,7 +45,8 @@ from pathlib import Path
 from tests.brokers import api_versions, free_port
 
 REPO = Path(__file__).resolve().parent.parent
-BLOCK_TIMEOUT = 90.0
+#: Generous: a Spark block starts a JVM, which takes minutes on a loaded 2-core machine.
+BLOCK_TIMEOUT = 240.0
 BROKER_START_TIMEOUT = 30.0
 MAIN_ADDRESS = "localhost:9092"
 
