@@ -188,3 +188,36 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="tests/test_chaos_scenarios.py: repeat each fault and run every scenario with confluent-kafka "
         "and aiokafka too (minutes; run before calling a resilience change done)",
     )
+
+
+#: Test files that take minutes (Spark start-ups, guide pages, chaos faults, clusters), slowest
+#: first. The suite runs them first so that, split over workers (pytest-xdist, --dist loadfile),
+#: no worker is left with a long file at the end while the others are idle.
+SLOW_FILES_FIRST = (
+    "tests/spark/test_exactly_once_pipeline.py",
+    "tests/test_docs_guides.py",
+    "tests/test_chaos_scenarios.py",
+    "tests/test_examples.py",
+    "tests/spark/test_sink.py",
+    "tests/test_cli.py",
+    "tests/test_cluster_faults.py",
+    "tests/test_cluster_mode.py",
+    "tests/test_pytest_plugin.py",
+    "tests/spark/test_source.py",
+    "tests/test_kafka_cluster.py",
+    "tests/test_broker_min_cluster.py",
+    "tests/test_share_consumer.py",
+    "tests/test_broker_share_groups.py",
+    "tests/test_consumer_group_protocol.py",
+)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slow files first (see :data:`SLOW_FILES_FIRST`); otherwise pytest's own order is kept."""
+    rank = {path: i for i, path in enumerate(SLOW_FILES_FIRST)}
+
+    def key(item: pytest.Item) -> int:
+        return rank.get(item.nodeid.split("::", 1)[0], len(rank))
+
+    items.sort(key=key)  # stable: the order within a file (and among the rest) is pytest's
