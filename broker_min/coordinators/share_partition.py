@@ -38,6 +38,7 @@ AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4
 # Acknowledge types (ShareFetch/ShareAcknowledge AcknowledgeTypes).
 GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
 _DONE = (ACKNOWLEDGED, ARCHIVED)
+_NEVER = float("inf")
 
 
 class BatchSource(Protocol):
@@ -98,20 +99,42 @@ class SharePartition:
         for offset in range(start_offset, self.end_offset):
             self.records.setdefault(offset, InFlight(AVAILABLE))
         self._clock = clock
+        # Hints that keep each request from scanning every in-flight offset (up to
+        # max_record_locks of them): no offset below ``_first_available`` is AVAILABLE, and no
+        # acquisition lock expires before ``_earliest_deadline`` (a lower bound; exact after a scan).
+        self._first_available = start_offset
+        self._earliest_deadline = min((r.deadline for r in self.records.values() if r.state == ACQUIRED), default=_NEVER)
         self._advance()
 
     # ------------------------------------------------------------------ queries
 
     def next_deadline(self) -> float | None:
         """When the earliest acquisition lock expires, or None when nothing is acquired."""
-        deadlines = [r.deadline for r in self.records.values() if r.state == ACQUIRED]
-        return min(deadlines, default=None)
+        if self._earliest_deadline <= self._clock():  # maybe stale: the records may be gone
+            self._rescan_deadline()
+        return None if self._earliest_deadline == _NEVER else self._earliest_deadline
+
+    def _rescan_deadline(self) -> None:
+        self._earliest_deadline = min(
+            (r.deadline for r in self.records.values() if r.state == ACQUIRED), default=_NEVER
+        )
+
+    def _first_available_offset(self) -> int:
+        """The lowest AVAILABLE offset in flight, else the end offset."""
+        records = self.records
+        for offset in range(max(self._first_available, self.start_offset), self.end_offset):
+            record = records.get(offset)
+            if record is not None and record.state == AVAILABLE:
+                self._first_available = offset
+                return offset
+        self._first_available = self.end_offset
+        return self.end_offset
 
     def has_available(self, high_watermark: int) -> bool:
         """Whether an acquisition could find something (a released record or new data)."""
         if self.end_offset < high_watermark:
             return True
-        return any(r.state == AVAILABLE for r in self.records.values())
+        return self._first_available_offset() < self.end_offset
 
     def delivery_complete_count(self) -> int:
         """In-flight offsets already acknowledged or archived (for the lag Kafka reports)."""
@@ -126,9 +149,12 @@ class SharePartition:
     def expire_locks(self, limits: Limits) -> list[int]:
         """Release every record whose acquisition lock has expired; the offsets that changed."""
         now = self._clock()
+        if now < self._earliest_deadline:
+            return []
         changed = [o for o, r in self.records.items() if r.state == ACQUIRED and r.deadline <= now]
         for offset in changed:
-            self._release(self.records[offset], limits)
+            self._release(offset, limits)
+        self._rescan_deadline()
         if changed:
             self._advance()
         return changed
@@ -137,13 +163,15 @@ class SharePartition:
         """Release everything ``member_id`` holds (its share session closed or it left the group)."""
         changed = [o for o, r in self.records.items() if r.state == ACQUIRED and r.member_id == member_id]
         for offset in changed:
-            self._release(self.records[offset], limits)
+            self._release(offset, limits)
         if changed:
             self._advance()
         return changed
 
-    @staticmethod
-    def _release(record: InFlight, limits: Limits) -> None:
+    def _release(self, offset: int, limits: Limits) -> None:
+        record = self.records[offset]
+        if record.delivery_count < limits.delivery_count_limit:
+            self._first_available = min(self._first_available, offset)
         record.state = ARCHIVED if record.delivery_count >= limits.delivery_count_limit else AVAILABLE
         record.member_id = ""
         record.deadline = 0.0
@@ -165,12 +193,13 @@ class SharePartition:
             self.start_offset = log.log_start_offset
             self.end_offset = max(self.end_offset, self.start_offset)
             changed.append(self.start_offset)
-        first = min((o for o, r in self.records.items() if r.state == AVAILABLE), default=self.end_offset)
+        first = self._first_available_offset()
         if first >= high_watermark or max_records <= 0:
             self._advance()
             return out, changed
         now = self._clock()
         deadline = now + limits.record_lock_duration_ms / 1000
+        self._earliest_deadline = min(self._earliest_deadline, deadline)
         lock_end = self.start_offset + limits.max_record_locks
         expected = first
         done = False
@@ -186,7 +215,7 @@ class SharePartition:
                     changed.append(offset)
             expected = last + 1
             took: list[int] = []
-            for offset in range(max(header.base_offset, self.start_offset), last + 1):
+            for offset in range(max(header.base_offset, self.start_offset, first), last + 1):
                 record = self.records.get(offset)
                 if record is None:
                     if offset < self.end_offset:
@@ -256,7 +285,7 @@ class SharePartition:
             if kind == ACCEPT:
                 record.state = ACKNOWLEDGED
             elif kind == RELEASE:
-                self._release(record, limits)
+                self._release(offset, limits)
             else:  # REJECT, GAP
                 record.state = ARCHIVED
             record.member_id = ""
@@ -281,7 +310,8 @@ class SharePartition:
     def reset(self, start_offset: int) -> None:
         """Start over at ``start_offset`` (AlterShareGroupOffsets): nothing in flight."""
         self.records.clear()
-        self.start_offset = self.end_offset = start_offset
+        self.start_offset = self.end_offset = self._first_available = start_offset
+        self._earliest_deadline = _NEVER
 
     def persisted_batches(self, offsets: Iterable[int]) -> list[StateBatch]:
         """State batches for the changed ``offsets`` still in flight (the rest are below the SPSO)."""
