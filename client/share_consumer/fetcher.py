@@ -22,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import operator
+from bisect import bisect_left, bisect_right
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -332,8 +334,10 @@ class ShareFetcher:
         if data:
             decoded = decode_batches(bytes(data), tp.topic, tp.partition, check_crc=self._config.check_crcs)
             records = _acquired_records(decoded, acquired)
-        delivered = {r.offset for r in records}
-        missing = gaps(((first, last) for first, last, _ in acquired), delivered)
+        wanted = sum(last - first + 1 for first, last, _ in acquired)
+        missing = []
+        if len(records) != wanted:
+            missing = gaps(((first, last) for first, last, _ in acquired), {r.offset for r in records})
         if missing:
             gap_acks = Acknowledgements()
             for offset in missing:
@@ -482,20 +486,19 @@ class ShareFetcher:
 def _acquired_records(
     decoded: list[Any], acquired: list[tuple[int, int, int]]
 ) -> list[ShareConsumerRecord]:
-    """The decoded records inside an acquired range, each with that range's delivery count."""
-    out = []
-    ranges = sorted(acquired)
-    i = 0
-    for record in decoded:
-        offset = record.offset
-        while i < len(ranges) and ranges[i][1] < offset:
-            i += 1
-        if i == len(ranges):
-            break
-        first, _last, count = ranges[i]
-        if offset >= first:
-            out.append(ShareConsumerRecord.of(record, count))
+    """The decoded records (in offset order) inside an acquired range, each with that range's
+    delivery count. The batches hold every record of each batch the broker returned, often many
+    more than the member acquired (members share a partition): find each range by bisection."""
+    out: list[ShareConsumerRecord] = []
+    of = ShareConsumerRecord.of
+    for first, last, count in sorted(acquired):
+        lo = bisect_left(decoded, first, key=_OFFSET)
+        hi = bisect_right(decoded, last, lo=lo, key=_OFFSET)
+        out.extend([of(record, count) for record in decoded[lo:hi]])
     return out
+
+
+_OFFSET = operator.attrgetter("offset")
 
 
 def _topics(
