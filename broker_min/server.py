@@ -37,8 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafkakit.broker.config import BrokerConfig
 from kafkakit.broker.handlers import HANDLERS, unsupported_version_response
-from kafkakit.broker.handlers.base import ApiHandler, CloseConnection, RawResponse, error, make
-from kafkakit.broker.handlers.groups import CLIENT_HOST
+from kafkakit.broker.handlers.base import CLIENT_HOST, ApiHandler, CloseConnection, RawResponse, error, make
 from kafkakit.broker.log import raise_descriptor_limit
 from kafkakit.broker.metrics import BrokerMetrics, ListenerStats, MetricsServer
 from kafkakit.broker.security.authenticator import (

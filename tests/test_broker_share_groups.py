@@ -516,3 +516,19 @@ async def test_waiting_fetch_gets_a_record_another_member_releases(broker: Any, 
     finally:
         await holder.close()
         await waiter.close()
+
+
+async def test_a_classic_member_cannot_join_a_share_groups_id(broker: Any, topic: str) -> None:
+    """Group ids are one namespace: JoinGroup to a live share group is INCONSISTENT_GROUP_PROTOCOL."""
+    bootstrap = broker.bootstrap_servers
+    group = f"{topic}-g"
+    topic_id = await _topic_with_records(bootstrap, topic, 1)
+    member = await Member.join(bootstrap, group, topic, topic_id)
+    try:
+        protocol = sub(11, 5, "JoinGroupRequestProtocol", name="range", metadata=b"")
+        join = req(11, 5, group_id=group, session_timeout=_ms(10000), rebalance_timeout=_ms(10000),
+                   member_id="", group_instance_id=None, protocol_type="consumer", protocols=(protocol,))  # fmt: skip
+        answer = await member.client.call(join)
+        assert answer.error_code == ErrorCode.inconsistent_group_protocol, answer
+    finally:
+        await member.close()

@@ -9,6 +9,7 @@ request gets no answer (acks=0 Produce), or :class:`CloseConnection`.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import datetime
 import sys
@@ -22,6 +23,10 @@ from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkakit.broker.state import BrokerState
+
+#: The client's address as Kafka shows it ("/127.0.0.1"), for DescribeGroups, share-group
+#: members and the stored group metadata.  The server sets it per connection; handlers only read it.
+CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("kafkakit_client_host", default="")
 
 NO_THROTTLE = datetime.timedelta(0)
 # Kafka's "authorized operations were not requested" marker.

@@ -20,8 +20,15 @@ from typing import TYPE_CHECKING, Any
 from kafkakit.acls import AclOperation
 from kafkakit.broker.coordinators.consumer_group import ConsumerGroup, Partitions
 from kafkakit.broker.coordinators.consumer_group_protocol import HeartbeatRequest
-from kafkakit.broker.handlers.base import AUTHORIZED_OPERATIONS_OMITTED, NO_THROTTLE, ApiHandler, make, nested
-from kafkakit.broker.handlers.groups import CLIENT_HOST, GROUP_AUTHORIZED_OPERATIONS, may_use_group, settled
+from kafkakit.broker.handlers.base import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    CLIENT_HOST,
+    NO_THROTTLE,
+    ApiHandler,
+    make,
+    nested,
+)
+from kafkakit.broker.handlers.groups import GROUP_AUTHORIZED_OPERATIONS, may_use_group, settled
 from kafkakit.protocol import RequestHeaderInfo, response_class
 from kafkakit.protocol.build import millis
 from kio.schema.errors import ErrorCode

@@ -25,14 +25,15 @@ replicated (:func:`settled`; immediate on a single node).
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.coordinators.group_api import JoinRequest, SyncRequest
+from kafkakit.broker.handlers import share_groups
 from kafkakit.broker.handlers.base import (
     AUTHORIZED_OPERATIONS_OMITTED,
+    CLIENT_HOST,
     NO_THROTTLE,
     ApiHandler,
     has_field,
@@ -58,11 +59,6 @@ FIRST_MEMBER_ID_REQUIRED_VERSION = 4
 # Kafka's AclOperation codes a group resource supports: READ (3), DELETE (6), DESCRIBE (8).
 GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
-#: The client's address as Kafka shows it ("/127.0.0.1"), for DescribeGroups and the
-#: stored group metadata.  The server may set it per connection; handlers only read it.
-CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("kafkakit_client_host", default="")
-
-
 def may_use_group(state: BrokerState, group_id: str, operation: AclOperation = AclOperation.READ) -> bool:
     """Kafka's group checks: READ to be a member or commit, DESCRIBE to look, DELETE to delete."""
     return state.allowed(operation, ResourceType.GROUP, group_id)
@@ -87,6 +83,13 @@ async def handle_join_group(state: BrokerState, header: RequestHeaderInfo, reque
         return make(cls, throttle_time=NO_THROTTLE, error_code=_REFUSED, generation_id=-1, protocol_type=None,
                     protocol_name=None if has_field(cls, "protocol_type") else "", leader="",
                     skip_assignment=False, member_id="", members=())  # fmt: skip
+    if share_groups.is_share_group(state, request.group_id):
+        # One namespace of group ids: a classic member cannot join a share group (as in Kafka).
+        cls = response_class(JOIN_GROUP, version)
+        return make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.inconsistent_group_protocol,
+                    generation_id=-1, protocol_type=None,
+                    protocol_name=None if has_field(cls, "protocol_type") else "", leader="",
+                    skip_assignment=False, member_id=request.member_id, members=())  # fmt: skip
     session_timeout_ms = millis(request.session_timeout)
     rebalance_timeout_ms = millis(request.rebalance_timeout) if version >= 1 else session_timeout_ms
     result = await state.groups.join(
@@ -281,7 +284,6 @@ async def handle_delete_groups(state: BrokerState, header: RequestHeaderInfo, re
     result_cls = nested(cls, "DeletableGroupResult")
     allowed = [g for g in request.groups_names if may_use_group(state, g, AclOperation.DELETE)]
     refused = tuple(make(result_cls, group_id=g, error_code=_REFUSED) for g in request.groups_names if g not in allowed)
-    from kafkakit.broker.handlers import share_groups  # late: it imports this module
 
     shared = share_groups.delete_share_groups(state, allowed)  # KIP-932 share groups
     results = refused + tuple(make(result_cls, group_id=g, error_code=e) for g, e in shared.items()) + tuple(
@@ -295,7 +297,6 @@ async def handle_delete_groups(state: BrokerState, header: RequestHeaderInfo, re
 
 def _listed_share_groups(state: BrokerState, request: Any, group_cls: type, states: Any, cluster_wide: bool) -> tuple[Any, ...]:
     """Share groups for ListGroups (none when a v5 types filter leaves "share" out)."""
-    from kafkakit.broker.handlers import share_groups  # late: it imports this module
 
     types = {t.lower() for t in getattr(request, "types_filter", None) or ()}
     if types and "share" not in types:

@@ -20,8 +20,14 @@ from typing import TYPE_CHECKING, Any
 from kafkakit.acls import AclOperation, ResourceType
 from kafkakit.broker.coordinators.share_coordinator import share_coordinator
 from kafkakit.broker.coordinators.share_group_protocol import ASSIGNOR_NAME
-from kafkakit.broker.handlers.base import AUTHORIZED_OPERATIONS_OMITTED, NO_THROTTLE, ApiHandler, make, nested
-from kafkakit.broker.handlers.groups import CLIENT_HOST
+from kafkakit.broker.handlers.base import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    CLIENT_HOST,
+    NO_THROTTLE,
+    ApiHandler,
+    make,
+    nested,
+)
 from kafkakit.protocol import RequestHeaderInfo, response_class
 from kio.schema.errors import ErrorCode
 
@@ -249,6 +255,11 @@ def listed_share_groups(state: BrokerState, states: Any) -> list[tuple[str, str]
     coordinator.sweep()
     groups = coordinator.protocol.groups.values()
     return [(g.group_id, g.state) for g in groups if not wanted or g.state.lower() in wanted]
+
+
+def is_share_group(state: BrokerState, group_id: str) -> bool:
+    """Whether ``group_id`` names a share group here (never in cluster mode, which has none)."""
+    return not state.config.cluster_mode and share_coordinator(state).is_share_group(group_id)
 
 
 def delete_share_groups(state: BrokerState, group_ids: list[str]) -> dict[str, ErrorCode]:
