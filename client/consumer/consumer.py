@@ -29,10 +29,9 @@ from kafkakit.net.security import OAuthTokenProvider, SecurityConfig
 from kafkakit.protocol.framing import ApiKey, request_class, response_class
 from kafkakit.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
-from .assignors import CooperativeStickyAssignor, RangeAssignor
 from .fetcher import Deserializer, Fetcher, FetcherConfig
-from .group import GroupConfig, GroupCoordinator, GroupMetadata, check_assignors
-from .group_config import GROUP_PROTOCOLS, REMOTE_ASSIGNORS
+from .group import GroupCoordinator, GroupMetadata
+from .group_config import group_config_from_settings
 from .instrumentation import ConsumeHook, run_consume_hooks
 from .instrumentation import attach as attach_metrics
 from .offsets import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED, list_offsets
@@ -161,7 +160,7 @@ class Consumer:
         if max_poll_records is not None:
             _check_int("max_poll_records", max_poll_records, 1)
         _check_int("auto_commit_interval_ms", auto_commit_interval_ms, 0)
-        self._group_config = self._group_settings(
+        self._group_config = group_config_from_settings(
             group_id,
             group_instance_id,
             partition_assignment_strategy,
@@ -235,109 +234,18 @@ class Consumer:
             )
             self._fetcher.committed_lookup = self._group.committed_positions
         if self._metrics is not None:
-            attach_metrics(self._metrics, self._fetcher, self._group, read_committed=self._isolation_level == READ_COMMITTED)
+            attach_metrics(
+                self._metrics,
+                self._fetcher,
+                self._group,
+                read_committed=self._isolation_level == READ_COMMITTED,
+            )
         self._started = False
         self._stopping = False
         self._closed = False
         self._iterating: PartitionState | None = None  # async for: the partition of the last record
         if topics:
             self.subscribe(topics)
-
-    @staticmethod
-    def _group_settings(
-        group_id: str | None,
-        group_instance_id: Any,
-        strategy: Any,
-        session_timeout_ms: Any,
-        heartbeat_interval_ms: Any,
-        rebalance_timeout_ms: Any,
-        max_poll_interval_ms: Any,
-        enable_auto_commit: bool,
-        auto_commit_interval_ms: int,
-        leave_group_on_close: Any,
-        request_timeout_ms: int,
-        retry_backoff_ms: Any,
-        default_api_timeout_ms: int,
-        group_protocol: Any = "classic",
-        group_remote_assignor: Any = None,
-    ) -> GroupConfig | None:
-        """Validate the group settings (None without a group_id)."""
-        if group_protocol not in GROUP_PROTOCOLS:
-            raise KafkaConfigError("group_protocol", f"must be one of {GROUP_PROTOCOLS}, got {group_protocol!r}")
-        if group_protocol == "consumer":
-            # As the Java client: the broker assigns and times sessions out, so these mean nothing.
-            for setting, value in (
-                ("partition_assignment_strategy", strategy),
-                ("session_timeout_ms", session_timeout_ms),
-                ("heartbeat_interval_ms", heartbeat_interval_ms),
-            ):
-                if value is not None:
-                    raise KafkaConfigError(
-                        setting,
-                        'is a classic group protocol setting and cannot be set with group_protocol="consumer" '
-                        "(the broker assigns partitions and sets the heartbeat interval and session timeout; "
-                        "use group_remote_assignor and the group configs group.consumer.*)",
-                    )
-            if group_remote_assignor is not None and group_remote_assignor not in REMOTE_ASSIGNORS:
-                raise KafkaConfigError(
-                    "group_remote_assignor",
-                    f"must be None (the broker's default) or one of {REMOTE_ASSIGNORS}, got {group_remote_assignor!r}",
-                )
-        elif group_remote_assignor is not None:
-            raise KafkaConfigError(
-                "group_remote_assignor", 'needs group_protocol="consumer" (classic groups assign on the client)'
-            )
-        if session_timeout_ms is None:
-            session_timeout_ms = 45000
-        if heartbeat_interval_ms is None:
-            heartbeat_interval_ms = 3000
-        if group_instance_id is not None and (
-            not isinstance(group_instance_id, str) or not group_instance_id
-        ):
-            raise KafkaConfigError(
-                "group_instance_id", f"must be a non-empty string or None, got {group_instance_id!r}"
-            )
-        if group_id is None:
-            if group_instance_id is not None:
-                raise KafkaConfigError("group_instance_id", "static membership needs a group_id")
-            return None
-        session = _check_int("session_timeout_ms", session_timeout_ms, 1)
-        heartbeat = _check_int("heartbeat_interval_ms", heartbeat_interval_ms, 1)
-        if heartbeat >= session:
-            raise KafkaConfigError(
-                "heartbeat_interval_ms", f"must be lower than session_timeout_ms ({heartbeat} >= {session})"
-            )
-        max_poll = _check_int("max_poll_interval_ms", max_poll_interval_ms, 1)
-        rebalance = (
-            max_poll
-            if rebalance_timeout_ms is None
-            else _check_int("rebalance_timeout_ms", rebalance_timeout_ms, 1)
-        )
-        if leave_group_on_close is None:
-            leave_group_on_close = group_instance_id is None
-        elif not isinstance(leave_group_on_close, bool):
-            raise KafkaConfigError(
-                "leave_group_on_close", f"must be a bool or None, got {leave_group_on_close!r}"
-            )
-        if strategy is None:
-            strategy = (CooperativeStickyAssignor(), RangeAssignor())
-        return GroupConfig(
-            group_id=group_id,
-            group_instance_id=group_instance_id,
-            assignors=check_assignors(strategy),
-            session_timeout_ms=session,
-            rebalance_timeout_ms=rebalance,
-            heartbeat_interval_ms=heartbeat,
-            max_poll_interval_ms=max_poll,
-            enable_auto_commit=enable_auto_commit,
-            auto_commit_interval_ms=auto_commit_interval_ms,
-            leave_group_on_close=leave_group_on_close,
-            request_timeout_ms=request_timeout_ms,
-            retry_backoff_ms=retry_backoff_ms,
-            default_api_timeout_ms=default_api_timeout_ms,
-            group_protocol=group_protocol,
-            group_remote_assignor=group_remote_assignor,
-        )
 
     # -- lifecycle -------------------------------------------------------
 
