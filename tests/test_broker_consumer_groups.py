@@ -280,6 +280,17 @@ async def test_static_member_restart_keeps_its_partitions(broker: Any) -> None:
         client.close()
 
 
+async def test_a_regex_neither_engine_compiles_is_invalid_regular_expression(broker: Any) -> None:
+    """An unclosed group: refused by RE2/J (Kafka) and Python's re (broker_min) alike."""
+    group = new_topic_name("cg-bad-regex")
+    client = await connect(broker, group)
+    try:
+        response = await Member(client, group, regex="(cg-unclosed").heartbeat()
+        assert response.error_code == ErrorCode.invalid_regular_expression, response
+    finally:
+        client.close()
+
+
 async def test_regex_subscription_picks_up_a_new_topic(broker: Any) -> None:
     prefix = new_topic_name("cg-regex")
     first, later, other = f"{prefix}-a", f"{prefix}-b", new_topic_name("cg-other")
