@@ -209,6 +209,13 @@ SLOW_FILES_FIRST = (
     "tests/test_share_consumer.py",
     "tests/test_broker_share_groups.py",
     "tests/test_consumer_group_protocol.py",
+    "tests/test_cli_groups.py",
+    "tests/test_cluster_security.py",
+    "tests/test_broker_consumer_groups.py",
+    "tests/spark/test_spark_bench_smoke.py",
+    "tests/test_benchmark_scale_smoke.py",
+    "tests/test_broker_security.py",
+    "tests/test_static_checks.py",
 )
 
 
