@@ -28,11 +28,10 @@ consumer joins with the same instance id.
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import time
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
 
 from kafkakit.cluster import Cluster
 from kafkakit.errors import (
@@ -68,25 +67,15 @@ from .coordinator import (
 )
 from .fetcher import Fetcher
 from .group_config import NO_GENERATION, GroupConfig, GroupMetadata
-from .offset_commits import OffsetCommits
-from .subscription import ConsumerRebalanceListener, SubscriptionState, call_listener
-
-if TYPE_CHECKING:
-    from .instrumentation import GroupMetrics
+from .membership_lifecycle import MembershipLifecycle, MemberState, _wait
+from .subscription import ConsumerRebalanceListener, SubscriptionState
 
 log = logging.getLogger("kafkakit.consumer.group")  # one log for the group, whichever module writes
 
 PROTOCOL_TYPE = "consumer"
 
 
-class MemberState(enum.Enum):
-    UNJOINED = "unjoined"
-    PREPARING_REBALANCE = "preparing_rebalance"  # JoinGroup in flight
-    COMPLETING_REBALANCE = "completing_rebalance"  # SyncGroup in flight
-    STABLE = "stable"
-
-
-class ClassicMembership:
+class ClassicMembership(MembershipLifecycle):
     """One consumer's membership in a classic-protocol group: joins, rebalances, heartbeats, leaving."""
 
     def __init__(
@@ -97,55 +86,22 @@ class ClassicMembership:
         config: GroupConfig,
         coordinator: CoordinatorConnection,
     ) -> None:
-        self._cluster = cluster
-        self._subscription = subscription
-        self._fetcher = fetcher
-        self._config = config
-        self._coordinator = coordinator
-        #: This member's offset commits (auto-commit, commits on revocation, commit()).
-        self.offsets = OffsetCommits(config, coordinator, self)
-        self._backoff = config.retry_backoff_ms / 1000
+        super().__init__(cluster, subscription, fetcher, config, coordinator)
         self._request_timeout = config.request_timeout_ms / 1000
         # Membership.
         self.state = MemberState.UNJOINED
         self.generation_id = NO_GENERATION
         self.member_id = ""
         self.protocol_name: str | None = None
-        self._assigned: set[TopicPartition] = set()
         self._rejoin_needed = True
-        self._waiting_for_poll = False  # left the group on a poll timeout: rejoin on the next poll
-        self._subscription_version = -1
         self._leader_snapshot: dict[str, int] | None = None
-        # Tasks and signals.
-        self._wakeup = asyncio.Event()
-        self._heartbeat_wakeup = asyncio.Event()
-        self._main_task: asyncio.Task[None] | None = None
-        self._heartbeat_task: asyncio.Task[None] | None = None
-        self._background: set[asyncio.Task[None]] = set()
-        self._closing = False
-        self._fatal: KafkaError | None = None
-        self._listener_error: BaseException | None = None
-        # Poll tracking (max_poll_interval_ms).
-        self._last_poll = time.monotonic()
-        self._polling = 0
         self._last_heartbeat_ok = time.monotonic()
         self._next_metadata_check = 0.0
-        self.rebalances = 0  # completed rebalances (JoinGroup+SyncGroup rounds), for tests and metrics
-        #: The consumer's coordinator metrics (None: off): per join, sync, rebalance and heartbeat.
-        self.metrics: GroupMetrics | None = None
 
     # -- lifecycle -----------------------------------------------------------
 
-    def start(self) -> None:
-        self._last_poll = time.monotonic()
-        self._main_task = asyncio.create_task(self._main_loop(), name="kafkakit-group")
-        self._heartbeat_task = asyncio.create_task(self._heartbeat_loop(), name="kafkakit-heartbeat")
-
-    async def close(self) -> None:
-        """Commit (auto-commit), revoke through the listener, leave the group if configured, disconnect."""
-        if self._closing:
-            return
-        self._closing = True
+    async def _stop_for_close(self) -> Callable[[], Awaitable[None]]:
+        """Stop the tasks, abandoning a JoinGroup/SyncGroup in flight; then LeaveGroup if configured."""
         joining = self.state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE)
         await self._cancel_tasks()
         if joining:
@@ -155,52 +111,15 @@ class ClassicMembership:
                 # The JoinGroup was abandoned: our generation is still the group's, so commits
                 # of the partitions we give up (on a fresh connection) are still accepted.
                 self.state = MemberState.STABLE
-        try:
-            if self._fatal is None:
-                await self._leave_prepare()
-                if self.generation_id != NO_GENERATION or joining:
-                    if self._config.leave_group_on_close:
-                        await self._leave_group("the consumer is being closed")
-        except KafkaError as exc:
-            log.warning("group %s: error while closing: %s", self._config.group_id, exc)
-        finally:
-            self._coordinator.drop("closed")
 
-    async def abort(self) -> None:
-        """Stop without any group traffic (no commit, no callback, no LeaveGroup): a simulated crash."""
-        self._closing = True
-        await self._cancel_tasks()
-        self._coordinator.drop("aborted")
+        async def leave() -> None:
+            if self.generation_id != NO_GENERATION or joining:
+                if self._config.leave_group_on_close:
+                    await self._leave_group("the consumer is being closed")
 
-    async def _cancel_tasks(self) -> None:
-        background = (*self._background, *self._coordinator.background)
-        tasks = [t for t in (self._main_task, self._heartbeat_task, *background) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        return leave
 
     # -- what the consumer calls ------------------------------------------------
-
-    def poll_started(self) -> None:
-        """The application entered getmany/getone: raise a pending fatal error, rejoin if we left."""
-        if self._fatal is not None:
-            raise self._fatal
-        if self._listener_error is not None:
-            error, self._listener_error = self._listener_error, None
-            raise error
-        self._polling += 1
-        self._last_poll = time.monotonic()
-        if self._waiting_for_poll:
-            self._waiting_for_poll = False
-            self.request_rejoin("the application polls again after a poll timeout")
-
-    def polled(self) -> None:
-        """The application took a record outside getmany/getone (``async for``): it is alive."""
-        self._last_poll = time.monotonic()
-
-    def poll_ended(self) -> None:
-        self._polling -= 1
-        self._last_poll = time.monotonic()
 
     def subscription_changed(self) -> None:
         """subscribe()/unsubscribe() was called: rejoin (or leave) on the group task."""
@@ -262,14 +181,6 @@ class ClassicMembership:
         return GroupMetadata(
             self._config.group_id, self.generation_id, self.member_id, self._config.group_instance_id
         )
-
-    def assignment(self) -> set[TopicPartition]:
-        return set(self._assigned)
-
-    @property
-    def fatal_error(self) -> KafkaError | None:
-        """The error that ended this membership for good (e.g. FENCED_INSTANCE_ID), if any."""
-        return self._fatal
 
     @property
     def rejoin_needed(self) -> bool:
@@ -509,12 +420,6 @@ class ClassicMembership:
         else:
             raise for_code(code)(f"{api} for group {group!r}")
 
-    def fenced(self, api: str) -> FencedInstanceIdError:
-        return FencedInstanceIdError(
-            f"{api}: another consumer joined group {self._config.group_id!r} with the same "
-            f"group_instance_id {self._config.group_instance_id!r}; this one is fenced and must stop"
-        )
-
     def reset_generation(self, *, reset_member_id: bool, reason: str) -> None:
         self.generation_id = NO_GENERATION
         if reset_member_id:
@@ -602,27 +507,6 @@ class ClassicMembership:
         else:
             await self._revoke(owned)
 
-    async def _call_listener(
-        self, method: str, partitions: set[TopicPartition], listener: ConsumerRebalanceListener | None = None
-    ) -> None:
-        if listener is None:
-            listener = self._subscription.listener
-        if listener is None:
-            return
-        if not partitions and method != "on_partitions_assigned":
-            return
-        callback = getattr(listener, method, None)
-        if callback is None and method == "on_partitions_lost":
-            callback = getattr(listener, "on_partitions_revoked", None)
-        try:
-            await call_listener(callback, partitions)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            # Java hands a listener's exception to the next poll once the rebalance is done.
-            log.exception("group %s: %s failed", self._config.group_id, method)
-            self._listener_error = exc
-
     async def _leave_group(self, reason: str, *, member_id: str | None = None) -> None:
         member = self.member_id if member_id is None else member_id
         if not member:
@@ -672,21 +556,8 @@ class ClassicMembership:
                         delay = self._backoff
             await _wait(self._heartbeat_wakeup, delay)
 
-    def _poll_timed_out(self) -> bool:
-        return (
-            self._polling == 0
-            and time.monotonic() - self._last_poll > self._config.max_poll_interval_ms / 1000
-        )
-
-    async def _leave_for_poll_timeout(self) -> None:
-        """Like Java: the application stopped polling, so give the partitions to someone who does."""
-        log.warning(
-            "group %s: no poll for more than max_poll_interval_ms=%s: leaving the group; "
-            "it rejoins on the next getmany/getone",
-            self._config.group_id,
-            self._config.max_poll_interval_ms,
-        )
-        self._waiting_for_poll = True
+    async def _leave_after_poll_timeout(self) -> None:
+        """LeaveGroup, or for a static member only a new generation (the coordinator keeps its partitions)."""
         if self._config.group_instance_id is None:
             await self._leave_group("consumer poll timeout has expired")
         else:
@@ -773,16 +644,4 @@ class ClassicMembership:
         else:
             await self.offsets.commit_offsets(offsets, NO_GENERATION, "")
 
-
-async def _wait(event: asyncio.Event, timeout: float) -> None:
-    """Wait for ``event`` up to ``timeout`` seconds.
-
-    asyncio.timeout, not wait_for: Python 3.11's wait_for drops a cancellation that lands in the
-    step the event is set, and a loop cancelled then (unsubscribe() replaces the main loop) runs on.
-    """
-    try:
-        async with asyncio.timeout(timeout):
-            await event.wait()
-    except TimeoutError:
-        pass
 

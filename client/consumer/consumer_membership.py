@@ -33,13 +33,12 @@ import base64
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
 
 from kafkakit.cluster import Cluster
 from kafkakit.errors import (
     CommitFailedError,
-    FencedInstanceIdError,
     GroupProtocolUnsupportedError,
     KafkaError,
     UnsupportedVersionError,
@@ -48,7 +47,6 @@ from kafkakit.errors import (
 from kafkakit.protocol.framing import ApiKey
 from kafkakit.structs import OffsetAndMetadata, TopicPartition
 
-from .classic_membership import MemberState, _wait
 from .coordinator import (
     COORDINATOR_LOAD_IN_PROGRESS,
     COORDINATOR_MOVED,
@@ -57,11 +55,8 @@ from .coordinator import (
 )
 from .fetcher import Fetcher
 from .group_config import NO_GENERATION, GroupConfig, GroupMetadata
-from .offset_commits import OffsetCommits
-from .subscription import ConsumerRebalanceListener, SubscriptionState, call_listener
-
-if TYPE_CHECKING:
-    from .instrumentation import GroupMetrics
+from .membership_lifecycle import MembershipLifecycle, MemberState, _wait
+from .subscription import ConsumerRebalanceListener, SubscriptionState
 
 log = logging.getLogger("kafkakit.consumer.group")  # one log for the group, whichever module writes
 
@@ -89,7 +84,7 @@ def new_member_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-class ConsumerMembership:
+class ConsumerMembership(MembershipLifecycle):
     """One consumer's membership in a KIP-848 ("consumer" protocol) group."""
 
     def __init__(
@@ -100,14 +95,7 @@ class ConsumerMembership:
         config: GroupConfig,
         coordinator: CoordinatorConnection,
     ) -> None:
-        self._cluster = cluster
-        self._subscription = subscription
-        self._fetcher = fetcher
-        self._config = config
-        self._coordinator = coordinator
-        #: This member's offset commits (auto-commit, commits on revocation, commit()).
-        self.offsets = OffsetCommits(config, coordinator, self)
-        self._backoff = config.retry_backoff_ms / 1000
+        super().__init__(cluster, subscription, fetcher, config, coordinator)
         # Membership.
         self.member_id = new_member_id()
         self.member_epoch = JOIN_EPOCH
@@ -117,91 +105,29 @@ class ConsumerMembership:
         self._next_heartbeat = 0.0
         self._retry_after = 0.0
         self._sent: dict[str, Any] | None = None  # fields of the last heartbeat; None: send a full one
-        self._subscription_version = -1
         self._owned: TopicIdPartitions = {}  # what the fetcher holds, by topic id (acknowledged next)
-        self._assigned: set[TopicPartition] = set()
         self._names: dict[uuid.UUID, str] = {}
         self._target: TopicIdPartitions | None = None  # the broker's latest target, not reconciled yet
         self._reconciling = False
         self._lost_pending = False  # fenced: drop the assignment, then rejoin with epoch 0
-        self._waiting_for_poll = False
         self._unsubscribing: asyncio.Task[None] | None = None
-        # Tasks and signals.
-        self._wakeup = asyncio.Event()
-        self._heartbeat_wakeup = asyncio.Event()
-        self._epoch_changed = asyncio.Event()
-        self._main_task: asyncio.Task[None] | None = None
-        self._heartbeat_task: asyncio.Task[None] | None = None
-        self._background: set[asyncio.Task[None]] = set()
-        self._closing = False
-        self._fatal: KafkaError | None = None
-        self._listener_error: BaseException | None = None
-        self._last_poll = time.monotonic()
-        self._polling = 0
-        self.rebalances = 0  # completed reconciliations, for tests and metrics
-        #: The consumer's coordinator metrics (None: off).
-        self.metrics: GroupMetrics | None = None
+        self._epoch_changed = asyncio.Event()  # set (and replaced) when the member epoch changes
 
     # -- lifecycle -----------------------------------------------------------
 
-    def start(self) -> None:
-        self._last_poll = time.monotonic()
-        self._main_task = asyncio.create_task(self._main_loop(), name="kafkakit-group")
-        self._heartbeat_task = asyncio.create_task(self._heartbeat_loop(), name="kafkakit-heartbeat")
-
-    async def close(self) -> None:
-        """Commit (auto-commit), revoke through the listener, leave (epoch -1, or -2 when static)."""
-        if self._closing:
-            return
-        self._closing = True
+    async def _stop_for_close(self) -> Callable[[], Awaitable[None]]:
+        """Stop the tasks; then leave with epoch -1, or -2 when static (see :meth:`_leave_epoch`)."""
         await self._cancel_tasks()
-        try:
-            if self._fatal is None:
-                await self._leave_prepare()
-                if self._joined:
-                    epoch = self._leave_epoch(closing=True)
-                    if epoch is not None:
-                        await self._leave("the consumer is being closed", epoch)
-        except KafkaError as exc:
-            log.warning("group %s: error while closing: %s", self._config.group_id, exc)
-        finally:
-            self._coordinator.drop("closed")
+        return self._leave_on_close
 
-    async def abort(self) -> None:
-        """Stop without any group traffic (no commit, no callback, no leave): a simulated crash."""
-        self._closing = True
-        await self._cancel_tasks()
-        self._coordinator.drop("aborted")
-
-    async def _cancel_tasks(self) -> None:
-        background = (*self._background, *self._coordinator.background)
-        tasks = [t for t in (self._main_task, self._heartbeat_task, *background) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    async def _leave_on_close(self) -> None:
+        """Leave if the broker knows us, with :meth:`_leave_epoch`'s epoch (None: a dynamic member stays)."""
+        if self._joined:
+            epoch = self._leave_epoch(closing=True)
+            if epoch is not None:
+                await self._leave("the consumer is being closed", epoch)
 
     # -- what the consumer calls ------------------------------------------------
-
-    def poll_started(self) -> None:
-        """The application entered getmany/getone: raise a pending fatal error, rejoin if we left."""
-        if self._fatal is not None:
-            raise self._fatal
-        if self._listener_error is not None:
-            error, self._listener_error = self._listener_error, None
-            raise error
-        self._polling += 1
-        self._last_poll = time.monotonic()
-        if self._waiting_for_poll:
-            self._waiting_for_poll = False
-            self.request_rejoin("the application polls again after a poll timeout")
-
-    def polled(self) -> None:
-        """The application took a record outside getmany/getone (``async for``): it is alive."""
-        self._last_poll = time.monotonic()
-
-    def poll_ended(self) -> None:
-        self._polling -= 1
-        self._last_poll = time.monotonic()
 
     def subscription_changed(self) -> None:
         """subscribe()/unsubscribe() was called: the next heartbeat carries it, at once."""
@@ -259,17 +185,10 @@ class ConsumerMembership:
         """Who this member is: its member epoch stands for the generation (TxnOffsetCommit takes it)."""
         return GroupMetadata(self._config.group_id, self.generation_id, self.member_id, self._config.group_instance_id)
 
-    def assignment(self) -> set[TopicPartition]:
-        return set(self._assigned)
-
     @property
     def generation_id(self) -> int:
         """The member epoch while in the group, else -1 (no generation)."""
         return self.member_epoch if self._joined and self.member_epoch > 0 else NO_GENERATION
-
-    @property
-    def fatal_error(self) -> KafkaError | None:
-        return self._fatal
 
     @property
     def rejoin_needed(self) -> bool:
@@ -294,12 +213,6 @@ class ConsumerMembership:
     def reset_generation(self, *, reset_member_id: bool, reason: str) -> None:
         """OffsetCommit said UNKNOWN_MEMBER_ID or FENCED_MEMBER_EPOCH: the next heartbeat finds out."""
         self.request_rejoin(reason)
-
-    def fenced(self, api: str) -> FencedInstanceIdError:
-        return FencedInstanceIdError(
-            f"{api}: another consumer joined group {self._config.group_id!r} with the same "
-            f"group_instance_id {self._config.group_instance_id!r}; this one is fenced and must stop"
-        )
 
     def set_fatal(self, exc: KafkaError) -> None:
         log.error("group %s: fatal error: %s", self._config.group_id, exc)
@@ -469,18 +382,8 @@ class ConsumerMembership:
         self._lost_pending = True
         self._wakeup.set()
 
-    def _poll_timed_out(self) -> bool:
-        return self._polling == 0 and time.monotonic() - self._last_poll > self._config.max_poll_interval_ms / 1000
-
-    async def _leave_for_poll_timeout(self) -> None:
-        """Like Java: the application stopped polling, so give the partitions to someone who does."""
-        log.warning(
-            "group %s: no poll for more than max_poll_interval_ms=%s: leaving the group; "
-            "it rejoins on the next getmany/getone",
-            self._config.group_id,
-            self._config.max_poll_interval_ms,
-        )
-        self._waiting_for_poll = True
+    async def _leave_after_poll_timeout(self) -> None:
+        """Leave (epoch -1, or -2 when static), then drop the assignment as lost."""
         await self._leave("consumer poll timeout has expired", self._leave_epoch(closing=False) or LEAVE_EPOCH)
         self._fence()  # the partitions are lost to the application; rejoin (epoch 0) on the next poll
 
@@ -646,26 +549,6 @@ class ConsumerMembership:
             await self._call_listener("on_partitions_lost", owned)
         else:
             await self._revoke(owned)
-
-    async def _call_listener(
-        self, method: str, partitions: set[TopicPartition], listener: ConsumerRebalanceListener | None = None
-    ) -> None:
-        if listener is None:
-            listener = self._subscription.listener
-        if listener is None:
-            return
-        if not partitions and method != "on_partitions_assigned":
-            return
-        callback = getattr(listener, method, None)
-        if callback is None and method == "on_partitions_lost":
-            callback = getattr(listener, "on_partitions_revoked", None)
-        try:
-            await call_listener(callback, partitions)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.exception("group %s: %s failed", self._config.group_id, method)
-            self._listener_error = exc
 
     # -- offsets ------------------------------------------------------------------
 

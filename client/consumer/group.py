@@ -29,11 +29,12 @@ from kafkakit.structs import OffsetAndMetadata, TopicPartition
 
 # tests import _without_transfers from here
 from .classic_assignment import without_transfers as _without_transfers  # noqa: F401
-from .classic_membership import PROTOCOL_TYPE, ClassicMembership, MemberState
+from .classic_membership import PROTOCOL_TYPE, ClassicMembership
 from .consumer_membership import ConsumerMembership
 from .coordinator import CoordinatorConnection
 from .fetcher import Fetcher
 from .group_config import NO_GENERATION, GroupConfig, GroupMetadata, check_assignors
+from .membership_lifecycle import MemberState
 from .subscription import ConsumerRebalanceListener, SubscriptionState
 
 if TYPE_CHECKING:
