@@ -627,26 +627,46 @@ from kafkakit.records.encoder import _encode_records, _encode_records_slowly  # 
 @given(
     count=st.sampled_from([fastencode.MIN_RECORDS, 63, 64, 65, 200, 8191, 8193]),
     length=st.sampled_from([0, 1, 62, 63, 64, 100, 8200]),
-    deltas=st.lists(st.integers(min_value=0, max_value=63), min_size=1, max_size=50),
+    deltas=st.lists(
+        st.one_of(st.integers(min_value=0, max_value=63), st.integers(min_value=0, max_value=(1 << 20) - 1)),
+        min_size=1,
+        max_size=50,
+    ),
+    rising=st.booleans(),
     fill=st.binary(min_size=1, max_size=8),
 )
-def test_uniform_encoder_matches_the_loop(count: int, length: int, deltas: list[int], fill: bytes) -> None:
+def test_uniform_encoder_matches_the_loop(
+    count: int, length: int, deltas: list[int], rising: bool, fill: bytes
+) -> None:
     """Null keys, no headers, equal lengths: the numpy encoder must write the loop's bytes exactly
-    (offset deltas crossing the 1/2-byte varint widths at 64 and 8192, value lengths at 64)."""
-    records = [
-        (None, (fill * (length // len(fill) + 1))[:length], BASE_TS + (deltas[i % len(deltas)] if i else 0), ())
-        for i in range(count)
-    ]
+    (offset deltas crossing the 1/2-byte varint widths at 64 and 8192, value lengths at 64, and
+    timestamp deltas of 1-3 varint bytes, rising as a clock's or in any order)."""
+    if rising:
+        deltas = sorted(deltas)
+    stamps = [BASE_TS] + [BASE_TS + deltas[min(i, len(deltas) - 1) if rising else i % len(deltas)] for i in range(1, count)]
+    records = [(None, (fill * (length // len(fill) + 1))[:length], stamps[i], ()) for i in range(count)]
     fast = fastencode.encode_uniform_records(records)
-    assert fast is not None
+    if fast is None:  # widths going up and down too often: the loop is as quick
+        assert not rising and len(set(deltas)) > 1
+        return
     assert fast == _encode_records_slowly(records)
+
+
+def test_uniform_encoder_takes_a_slow_producers_timestamps() -> None:
+    """A request that coalesced records over seconds (a producer fallen behind) stays on the fast
+    path: one record per millisecond over 9,000 ms crosses the 1- and 2-byte timestamp widths."""
+    records = [(None, b"v" * 100, BASE_TS + i, ()) for i in range(9000)]
+    fast = fastencode.encode_uniform_records(records)
+    assert fast is not None and fast == _encode_records_slowly(records)
+    assert fast[2] == BASE_TS + 8999
 
 
 def test_uniform_encoder_declines_other_records() -> None:
     """Anything but the uniform shape goes to the loop (same bytes via _encode_records)."""
     n = fastencode.MIN_RECORDS
     cases = [
-        [(None, b"abc", BASE_TS + (64 if i == 5 else 0), ()) for i in range(n)],  # a 2-byte timestamp delta
+        [(None, b"abc", BASE_TS + ((1 << 20) if i == 5 else 0), ()) for i in range(n)],  # a 4-byte timestamp delta
+        [(None, b"abc", BASE_TS + (64 if i % 2 else 0), ()) for i in range(200)],  # 1-2-1-2... bytes: 200 runs
         [(None, b"abc", BASE_TS - (1 if i == 5 else 0), ()) for i in range(n)],  # a negative delta
         [(None, b"abc" * (1 + i % 2), BASE_TS, ()) for i in range(n)],  # lengths differ
         [(b"k" if i == 3 else None, b"abc", BASE_TS, ()) for i in range(n)],  # a key
