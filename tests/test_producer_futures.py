@@ -135,11 +135,11 @@ async def _delivery_errors(producer: Producer, topic: str, big: bytes) -> None:
 
 
 async def test_send_builds_its_future_like_the_constructor(producer: Producer, topic: str) -> None:
-    """send() builds RecordFuture without calling __init__ (speed): every slot must still be set alike."""
+    """send() inlines RecordFuture.of (speed): every slot must still be set alike."""
     from kafkakit.producer.accumulator import RecordFuture
 
     sent = await producer.send(topic, b"v", partition=0, timestamp_ms=1234)
-    built = RecordFuture(sent._batch, sent._delta, 1234)
+    built = RecordFuture.of(sent._batch, sent._delta, 1234)
     for name in RecordFuture.__slots__:
         assert getattr(sent, name) == getattr(built, name), name
     assert (await sent).timestamp == 1234

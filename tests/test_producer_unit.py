@@ -143,6 +143,27 @@ async def test_buffer_memory_reservations_wait_in_order() -> None:
     assert acc.buffered == 700
 
 
+async def test_a_waiting_reservation_holds_back_later_ones_until_it_leaves() -> None:
+    """While a reservation waits, even one that would fit waits behind it (the hot path's single
+    ``free`` comparison sees the gate); the waiter's cancellation or grant opens the way again."""
+    acc = _accumulator(buffer_memory=1000)
+    await acc.reserve(900)
+    assert (acc.buffered, acc.has_room(100), acc.has_room(101)) == (900, True, False)
+    big = asyncio.ensure_future(acc.reserve(500))
+    await asyncio.sleep(0)
+    assert acc.buffered == 900 and not acc.has_room(1)  # gated: nothing jumps the queue
+    small = asyncio.ensure_future(acc.reserve(50))
+    await asyncio.sleep(0)
+    assert not small.done()
+    big.cancel()
+    await asyncio.sleep(0)
+    acc.release(0)  # the head was cancelled: the next waiter is granted, then the gate opens
+    await asyncio.sleep(0)
+    assert small.done() and acc.buffered == 950 and acc.has_room(50) and not acc.has_room(51)
+    acc.release(950)
+    assert acc.buffered == 0 and acc.free == 1000 and not acc.memory_wanted
+
+
 async def test_completed_batch_releases_memory_and_resolves_records() -> None:
     acc = _accumulator()
     pq = acc.queue("t", 3)
