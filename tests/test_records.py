@@ -676,6 +676,8 @@ def test_uniform_encoder_declines_other_records() -> None:
     for records in cases:
         assert fastencode.encode_uniform_records(records) is None
         assert _encode_records(records) == _encode_records_slowly(records)
+    for odd_stamp in (float(BASE_TS), str(BASE_TS), 1 << 70):  # never truncated, parsed or wrapped
+        assert fastencode.encode_uniform_records([(None, b"abc", BASE_TS, ())] * (n - 1) + [(None, b"abc", odd_stamp, ())]) is None
     with pytest.raises(TypeError):
         _encode_records([(None, "text", BASE_TS, ())] * n)
     as_bytearray = [(None, bytearray(b"abc"), BASE_TS, ())] * n

@@ -87,11 +87,8 @@ def encode_uniform_columns(
     (length,) = lengths
     if len(joined) != count * length:  # memoryviews whose len() is not their size in bytes
         return None
-    try:
-        stamp_array = np.array(stamps)
-    except OverflowError:
-        return None
-    if stamp_array.dtype != np.int64:  # bool, float, beyond int64: the loop handles (or rejects) them
+    stamp_array = _int64_stamps(stamps)
+    if stamp_array is None:
         return None
     base = int(stamp_array[0])
     deltas = stamp_array - base
@@ -111,6 +108,23 @@ def encode_uniform_columns(
     for first, stop, ts_width, offset_width, at in placed:
         _run(buffer, at, first, stop, ts_width, offset_width, deltas[first:stop], value_prefix, value_rows[first:stop])
     return buffer.data[:end], base, base + int(deltas.max())
+
+
+def _int64_stamps(stamps: list[Any]) -> Any:
+    """``stamps`` as an int64 array, or None unless every one is an int (bools count) within int64.
+
+    ``np.array(stamps, dtype=np.int64)`` takes half the time of letting numpy find the type
+    (0.33 against 0.75 ms for 9,000 stamps) but would truncate floats and parse strings:
+    their sum's type says whether any stamp is not an int, at a tenth of that cost.
+    """
+    try:
+        total = sum(stamps)
+        if total.__class__ is not int:
+            return None
+        array = np.array(stamps, dtype=np.int64)
+    except (OverflowError, TypeError, ValueError):
+        return None
+    return array if int(array.sum()) == total else None
 
 
 def _varint_widths(zigzagged: Any) -> Any:
