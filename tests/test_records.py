@@ -73,6 +73,13 @@ def test_zigzag_known_bytes() -> None:
     assert encode_zigzag(64) == b"\x80\x01"
 
 
+def test_the_small_varint_table_is_the_encoder_s_output() -> None:
+    from kafkakit.records.varint import SMALL, SMALL_LIMIT
+
+    assert len(SMALL) == SMALL_LIMIT
+    assert all(SMALL[n] == encode_zigzag(n) for n in range(SMALL_LIMIT))
+
+
 @pytest.mark.parametrize(
     ("name", "codec"),
     [(None, Compression.NONE), ("none", Compression.NONE), ("gzip", Compression.GZIP), ("Snappy", Compression.SNAPPY),
