@@ -30,8 +30,18 @@ def spark() -> Iterator[SparkSession]:
             "spark.python.worker.reuse": "true",
         },
     )
+    _jvm_threads["session"] = _jvm_thread(session)
     yield session
     session.stop()
+
+
+#: The JVM thread py4j served the session's creation on (for the warning below).
+_jvm_threads: dict[str, str] = {}
+
+
+def _jvm_thread(session: SparkSession) -> str:
+    thread = session._jvm.java.lang.Thread.currentThread()  # type: ignore[union-attr]
+    return f"{thread.getName()}#{thread.getId()}"
 
 
 @pytest.fixture(autouse=True)
@@ -53,8 +63,11 @@ def _session_active_in_this_thread(request: pytest.FixtureRequest) -> None:
     jclass = type(session)._get_j_spark_session_class(session._jvm)
     active = jclass.getActiveSession()
     if not active.isDefined() or not active.get().equals(session._jsparkSession):
+        # Which JVM thread: a new one means py4j replaced this Python thread's connection.
         warnings.warn(
-            f"{request.node.nodeid}: the shared Spark session was not this thread's active session; made active again",
+            f"{request.node.nodeid}: the shared Spark session was not this thread's active session "
+            f"({'another session' if active.isDefined() else 'none'}; JVM thread {_jvm_thread(session)}, "
+            f"session built on {_jvm_threads.get('session')}); made active again",
             stacklevel=1,
         )
     register(session)
