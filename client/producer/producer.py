@@ -19,14 +19,12 @@ fastest way to produce many records.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import functools
 import logging
 import ssl
-import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from itertools import accumulate, repeat
+from itertools import repeat
 from time import time_ns as _time_ns
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -50,17 +48,11 @@ from kafkakit.producer.accumulator import (
     PartitionQueue,
     RecordFuture,
 )
+from kafkakit.producer.bulk_input import BulkInput, bulk_input, cut_batches
 from kafkakit.producer.idempotence import ProducerIdentity
 from kafkakit.producer.instrumentation import ProducerMetrics, SendHook, attach, hooked_send
 from kafkakit.producer.partitioner import Partitioner, StickyPartitions, murmur2
-from kafkakit.producer.record_input import (
-    BULK_RECORD_OVERHEAD,
-    as_bytes,
-    bulk_record_sizes,
-    bytes_list,
-    check_headers,
-    encode_bulk_chunk,
-)
+from kafkakit.producer.record_input import BULK_RECORD_OVERHEAD, as_bytes, check_headers, encode_bulk_chunk
 from kafkakit.producer.send_batch_result import SendBatchFuture, SendBatchResult
 from kafkakit.producer.sender import Sender
 from kafkakit.producer.settings import check_settings
@@ -687,46 +679,18 @@ class Producer:
             raise self._not_accepting()
         if self._identity is not None:
             self._check_can_send()
-        count = len(values)
-        if keys is not None and len(keys) != count:
-            raise ValueError(f"send_batch: {len(keys)} keys for {count} values")
-        if headers is not None and len(headers) != count:
-            raise ValueError(f"send_batch: {len(headers)} header lists for {count} values")
-        if self._value_serializer is not None:
-            values = [self._value_serializer(v) for v in values]
-        if keys is not None and self._key_serializer is not None:
-            keys = [self._key_serializer(k) for k in keys]
-        values = bytes_list(values, "value")
-        if keys is not None:
-            keys = bytes_list(keys, "key")
-            if not any(k is not None for k in keys):
-                keys = None
-        header_lists: list[Sequence[Header]] | None = None
-        header_sizes: list[int] | None = None
-        if headers is not None and any(headers):
-            header_lists, header_sizes = [], []
-            for h in headers:
-                checked, hsize = check_headers(h) if h else ((), 0)
-                header_lists.append(checked)
-                header_sizes.append(hsize)
-        if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
-        elif timestamp_ms.__class__ is not int:
-            raise TypeError(f"timestamp_ms must be an int (milliseconds), not {type(timestamp_ms).__name__}")
-        result = SendBatchFuture(topic, count, timestamp_ms)
-        if not count:
+        bulk = bulk_input(values, keys, headers, timestamp_ms, self._value_serializer, self._key_serializer)
+        result = SendBatchFuture(topic, len(values), bulk.timestamp_ms)
+        if not values:
             return result
         state = self._topics.get(topic)
         if state is None:
             state = await self._topic_state(topic)
-        sizes = bulk_record_sizes(values, keys, header_sizes)
-        largest = max(sizes)
+        largest = max(bulk.sizes)
         if largest - BULK_RECORD_OVERHEAD + RECORD_OVERHEAD > self._max_record_size:
             raise self._too_large(largest)
-        for pq, positions in self._bulk_routes(topic, state, keys, partition, count):
-            await self._enqueue_chunks(
-                topic, state, pq, positions, values, keys, header_lists, sizes, timestamp_ms, result
-            )
+        for pq, positions in self._bulk_routes(topic, state, bulk.keys, partition, len(values)):
+            await self._enqueue_chunks(topic, state, pq, positions, bulk, result)
         return result
 
     def _bulk_routes(
@@ -773,35 +737,21 @@ class Producer:
         state: _TopicState,
         pq: PartitionQueue | None,
         positions: range | list[int],
-        values: list[bytes | None],
-        keys: list[bytes | None] | None,
-        header_lists: list[Sequence[Header]] | None,
-        sizes: list[int],
-        timestamp_ms: int,
+        bulk: BulkInput,
         result: SendBatchFuture,
     ) -> None:
         """Cut ``positions`` into batches of at most ``max_request_size`` bytes and queue them."""
         limit = min(self._max_request_size, self._buffer_memory) - BATCH_HEADER_SIZE - _REQUEST_OVERHEAD
-        if isinstance(positions, range):
-            chunk_sizes = sizes
-            selected = None
-        else:
-            chunk_sizes = [sizes[i] for i in positions]
-            selected = positions
-        ends = list(accumulate(chunk_sizes))
-        start, total = 0, len(chunk_sizes)
-        while start < total:
-            base = ends[start - 1] if start else 0
-            stop = max(bisect.bisect_right(ends, base + limit, lo=start), start + 1)
-            index: range | list[int] = range(start, stop) if selected is None else selected[start:stop]
-            data = encode_bulk_chunk(index, values, keys, header_lists, timestamp_ms, self._compression)
-            size = ends[stop - 1] - base + BATCH_HEADER_SIZE
+        for index, records_size in cut_batches(positions, bulk.sizes, limit):
+            data = encode_bulk_chunk(
+                index, bulk.values, bulk.keys, bulk.header_lists, bulk.timestamp_ms, self._compression
+            )
+            size = records_size + BATCH_HEADER_SIZE
             reserved = min(size, self._buffer_memory)
             await self._acc.reserve(reserved)
             target = pq if pq is not None else self._next_sticky_queue(topic, state)
-            batch = self._acc.append_encoded(target, data, len(index), timestamp_ms, size, reserved)
+            batch = self._acc.append_encoded(target, data, len(index), bulk.timestamp_ms, size, reserved)
             result.add(batch, index)
-            start = stop
 
     def _next_sticky_queue(self, topic: str, state: _TopicState) -> PartitionQueue:
         partition = self._sticky.next(topic, state.all_partitions, state.available, state.sticky)
