@@ -692,6 +692,26 @@ def test_uniform_encoder_declines_other_records() -> None:
 
 
 @pytest.mark.parametrize("uniform", [True, False])
+def test_nanosecond_stamps_encode_as_their_milliseconds(uniform: bool) -> None:
+    """The producer stores time.time_ns() stamps (stamps_per_ms=1,000,000): the batch must be the
+    one with those stamps floored to milliseconds, on the uniform path and the loop, one list or several."""
+    from kafkakit.records import encode_flat_batch, encode_flat_batches
+
+    count = 3 * fastencode.MIN_RECORDS
+    nanos = [BASE_TS * 1_000_000 + i * 333_333 + (999_999 if i % 7 == 0 else 0) for i in range(count)]
+    flat_ns: list[Any] = []
+    flat_ms: list[Any] = []
+    for i, stamp in enumerate(nanos):
+        key = None if uniform or i % 3 else b"k"
+        flat_ns += [key, b"v%04d" % i, stamp, ()]
+        flat_ms += [key, b"v%04d" % i, stamp // 1_000_000, ()]
+    expected = encode_flat_batch(flat_ms)
+    assert encode_flat_batch(flat_ns, stamps_per_ms=1_000_000) == expected
+    cut = 4 * fastencode.MIN_RECORDS
+    assert encode_flat_batches([flat_ns[:cut], flat_ns[cut:]], stamps_per_ms=1_000_000) == expected
+
+
+@pytest.mark.parametrize("uniform", [True, False])
 @pytest.mark.parametrize("codec", ["none", "lz4", "gzip"])
 @pytest.mark.parametrize("producer", [(-1, -1, -1, False), (4711, 3, 1000, False), (4711, 3, 2**31 - 5, True)])
 def test_flat_batches_encode_as_tuple_batches(uniform: bool, codec: str, producer: tuple[int, int, int, bool]) -> None:

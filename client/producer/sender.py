@@ -64,7 +64,7 @@ from kafkakit.errors import (
     for_code,
 )
 from kafkakit.net.connection import BrokerConnection
-from kafkakit.producer.accumulator import Accumulator, PartitionQueue, ProducerBatch
+from kafkakit.producer.accumulator import STAMPS_PER_MS, Accumulator, PartitionQueue, ProducerBatch
 from kafkakit.producer.idempotence import (
     FENCING_CODES,
     ProducerIdentity,
@@ -408,6 +408,7 @@ class Sender:
                     producer_epoch=identity.epoch,
                     base_sequence=batch.base_sequence,
                     transactional=identity.transactional,
+                    stamps_per_ms=STAMPS_PER_MS,
                 )
             else:  # a retry (maybe under a new epoch or sequence) or a pre-encoded bulk batch
                 data = stamp_batch(
@@ -417,7 +418,9 @@ class Sender:
             return data
         if len(group) == 1:
             return group[0].encode(self._acc.compression)
-        return encode_flat_batches([b.records for b in group], compression=self._acc.compression)
+        return encode_flat_batches(
+            [b.records for b in group], compression=self._acc.compression, stamps_per_ms=STAMPS_PER_MS
+        )
 
     async def _send_request(
         self, node_id: int, conn: BrokerConnection, groups: list[tuple[PartitionQueue, list[ProducerBatch]]]

@@ -53,15 +53,25 @@ def encode_uniform_records(records: Sequence[Any]) -> tuple[bytes, int, int] | N
     return None if encoded is None else (encoded[0].tobytes(), encoded[1], encoded[2])
 
 
-def encode_uniform_flat(flat: list[Any], *, room: int = 0) -> tuple[memoryview, int, int] | None:
+def encode_uniform_flat(
+    flat: list[Any], *, room: int = 0, stamps_per_ms: int = 1
+) -> tuple[memoryview, int, int] | None:
     """:func:`encode_uniform_columns` for records stored flat (``key, value, timestamp, headers, key, ...``)."""
     if len(flat) < 4 * MIN_RECORDS:
         return None
-    return encode_uniform_columns(flat[0::4], flat[1::4], flat[2::4], flat[3::4], room=room)
+    return encode_uniform_columns(
+        flat[0::4], flat[1::4], flat[2::4], flat[3::4], room=room, stamps_per_ms=stamps_per_ms
+    )
 
 
 def encode_uniform_columns(
-    keys: list[Any], values: list[Any], stamps: list[Any], headers: list[Any], *, room: int = 0
+    keys: list[Any],
+    values: list[Any],
+    stamps: list[Any],
+    headers: list[Any],
+    *,
+    room: int = 0,
+    stamps_per_ms: int = 1,
 ) -> tuple[memoryview, int, int] | None:
     """The uniform encoder over one list per record field; None when the records are not uniform.
 
@@ -87,9 +97,12 @@ def encode_uniform_columns(
     (length,) = lengths
     if len(joined) != count * length:  # memoryviews whose len() is not their size in bytes
         return None
-    stamp_array = _int64_stamps(stamps)
+    # Finer stamps (the producer's nanoseconds) come from a caller that checked them: no guard.
+    stamp_array = _int64_stamps(stamps, guarded=stamps_per_ms == 1)
     if stamp_array is None:
         return None
+    if stamps_per_ms != 1:  # floored to milliseconds
+        stamp_array //= stamps_per_ms
     base = int(stamp_array[0])
     deltas = stamp_array - base
     if int(deltas.min()) < 0 or int(deltas.max()) >= _THREE_BYTES:
@@ -110,13 +123,20 @@ def encode_uniform_columns(
     return buffer.data[:end], base, base + int(deltas.max())
 
 
-def _int64_stamps(stamps: list[Any]) -> Any:
+def _int64_stamps(stamps: list[Any], *, guarded: bool = True) -> Any:
     """``stamps`` as an int64 array, or None unless every one is an int (bools count) within int64.
 
     ``np.array(stamps, dtype=np.int64)`` takes half the time of letting numpy find the type
     (0.33 against 0.75 ms for 9,000 stamps) but would truncate floats and parse strings:
-    their sum's type says whether any stamp is not an int, at a tenth of that cost.
+    their sum's type says whether any stamp is not an int, at a tenth of that cost (but 0.39
+    ms for nanosecond stamps, beyond a machine word: ``guarded=False`` for stamps the caller
+    has checked, the producer's).
     """
+    if not guarded:
+        try:
+            return np.array(stamps, dtype=np.int64)
+        except (OverflowError, TypeError, ValueError):
+            return None
     try:
         total = sum(stamps)
         if total.__class__ is not int:
@@ -124,7 +144,9 @@ def _int64_stamps(stamps: list[Any]) -> Any:
         array = np.array(stamps, dtype=np.int64)
     except (OverflowError, TypeError, ValueError):
         return None
-    return array if int(array.sum()) == total else None
+    # numpy's sum wraps modulo 2**64 (nanosecond stamps overflow it); the comparison still
+    # catches a stamp that did not convert exactly.
+    return array if (int(array.sum()) - total) % (1 << 64) == 0 else None
 
 
 def _varint_widths(zigzagged: Any) -> Any:
