@@ -41,7 +41,8 @@ RECORD_MEMORY_OVERHEAD = 112
 BATCH_HEADER_SIZE = 61
 #: Record timestamps are kept in nanoseconds (``time.time_ns()`` as read) in the batches'
 #: record lists and in RecordFuture, and floored to milliseconds when a batch is encoded
-#: (vectorised) or a RecordMetadata is built: the per-record path skips a division (8%).
+#: (vectorised) or a RecordMetadata is built: the per-record path skips a big-int division
+#: (the ``await send()`` loop 1.69 -> 1.59 us a record on the 2026-11-26 VM).
 STAMPS_PER_MS = 1_000_000
 #: Emptied record lists kept for new batches (see ``Accumulator._spare_lists``).
 SPARE_LISTS = 1024

@@ -1,8 +1,9 @@
 """Records sections of uniform records built by numpy: the fast path of :mod:`.encoder`.
 
-The producer's accumulator holds ``key, value, timestamp_ms, headers`` flat
+The producer's accumulator holds ``key, value, timestamp, headers`` flat
 in one list per batch (no tuple per record for the garbage collector to
-track), and the reference loop in :mod:`.encoder` spends about 0.6 us a
+track; its timestamps in nanoseconds, floored here through ``stamps_per_ms``),
+and the reference loop in :mod:`.encoder` spends about 0.6 us a
 record on them. The commonest shape, null keys, no headers, values of one
 length and timestamps at or after the batch's first (up to about 17 minutes),
 makes every record the same few bytes around its value::
