@@ -11,7 +11,30 @@ every pytest session) imports nothing heavy.
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
+
+
+def _import_kio_without_hypothesis() -> None:
+    """Import kio's phantom types with its Hypothesis integration off.
+
+    kio registers a Hypothesis strategy for every protocol type when Hypothesis can be
+    imported; with Hypothesis installed that costs 0.4-0.5 s per interpreter on a slow VM
+    (every Spark Python worker and runner, every CLI call, every broker_min process) and
+    kafkakit never uses those strategies. kio checks once, at import of
+    ``kio.static._phantom`` (``try: import hypothesis.strategies``), so the check is made to
+    fail for that one import. Nothing changes when Hypothesis (or kio) was imported first.
+    """
+    if "hypothesis" in sys.modules or "kio.static._phantom" in sys.modules:
+        return
+    sys.modules["hypothesis"] = None  # type: ignore[assignment]  # `import hypothesis` raises ImportError
+    try:
+        import kio.static._phantom  # noqa: F401
+    finally:
+        del sys.modules["hypothesis"]
+
+
+_import_kio_without_hypothesis()
 
 if TYPE_CHECKING:
     from kafkakit.acls import (
