@@ -22,7 +22,6 @@ import logging
 import os
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -30,43 +29,14 @@ from kafkakit import Consumer, FetchedRange
 from kafkakit.errors import KafkaError, OffsetOutOfRangeError
 from kafkakit.spark import runtime
 from kafkakit.spark.arrow import columns_to_record_batch
-from kafkakit.spark.security import SecurityOptions
+from kafkakit.spark.fetch_settings import FetchSettings
 from kafkakit.structs import TopicPartition
 
 log = logging.getLogger(__name__)
 
-#: Consumer settings (kafkakit keyword names) the reader uses; other accepted ones are ignored.
-CONNECTION_SETTINGS = (
-    "client_id",
-    "request_timeout_ms",
-    "retry_backoff_ms",
-    "metadata_max_age_ms",
-    "connections_max_idle_ms",
-)
-
 
 class DataLossError(KafkaError):
     """Records of a planned range are gone (deleted by retention) and failOnDataLoss is true."""
-
-
-@dataclass(frozen=True)
-class FetchSettings:
-    """What a read needs besides its range; part of every InputPartition (so picklable)."""
-
-    bootstrap_servers: str
-    isolation_level: str = "read_committed"
-    include_headers: bool = False
-    fail_on_data_loss: bool = True
-    fetch_max_wait_ms: int = 500
-    fetch_max_bytes: int = 52428800
-    max_partition_fetch_bytes: int = 8388608
-    check_crcs: bool = True
-    #: How long a task waits for records that should exist before it gives up (kafkaConsumer.pollTimeoutMs).
-    poll_timeout_ms: int = 120000
-    #: Connection settings as Consumer keyword arguments.
-    connection: dict[str, Any] = field(default_factory=dict)
-    #: TLS/SASL options as strings; the SSLContext is built in each worker.
-    security: SecurityOptions = field(default_factory=SecurityOptions)
 
 
 # -- one Consumer per worker process and settings ----------------------------------------

@@ -21,12 +21,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import pyarrow as pa
 from kafkakit import Admin, Consumer
 from kafkakit.errors import KafkaConfigError, NotYetSupportedError
 from kafkakit.spark import runtime
+from kafkakit.spark.fetch_settings import CONNECTION_SETTINGS, FetchSettings
 from kafkakit.spark.offsets import (
     EARLIEST,
     LATEST,
@@ -43,7 +43,6 @@ from kafkakit.spark.offsets import (
     to_dict,
 )
 from kafkakit.spark.options import SourceOptions
-from kafkakit.spark.reader import CONNECTION_SETTINGS, FetchSettings, read_range
 from kafkakit.structs import TopicPartition
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import (
@@ -56,6 +55,9 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 try:  # pyspark >= 4.2: read limits and Trigger.AvailableNow
     import pyspark.sql.streaming.datasource as _limits
@@ -377,6 +379,9 @@ def _input_partitions(config: SourceConfig, ranges: list[OffsetRange]) -> list[K
 
 
 def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    # Imported here: pyarrow and the columnar decoder are the tasks' (see fetch_settings).
+    from kafkakit.spark.reader import read_range
+
     assert isinstance(partition, KafkaInputPartition)
     tp = TopicPartition(partition.topic, partition.partition)
     return read_range(partition.settings, tp, partition.start, partition.end)
