@@ -11,10 +11,9 @@ columns.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-import numpy.typing as npt
 from kafkakit.structs import Header
 
 from .compression import decompress
@@ -24,8 +23,11 @@ from .header import CODEC_MASK, HEADER_SIZE, LOG_OVERHEAD, TIMESTAMP_TYPE_MASK, 
 
 __all__ = ["RecordColumns", "decode_record_columns"]
 
-IntArray = npt.NDArray[np.int64]
-ByteArray = npt.NDArray[np.uint8]
+if TYPE_CHECKING:  # numpy.typing costs 28 ms to import; only the type checker needs it
+    import numpy.typing as npt
+
+    IntArray = npt.NDArray[np.int64]
+    ByteArray = npt.NDArray[np.uint8]
 
 
 @dataclass(frozen=True)
