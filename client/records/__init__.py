@@ -13,6 +13,7 @@ from .decoder import (
     decode_batch,
     decode_batch_list,
     decode_batches,
+    decode_batches_in_ranges,
     decode_raw_records,
     read_control_type,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "decode_batch",
     "decode_batch_list",
     "decode_batches",
+    "decode_batches_in_ranges",
     "decode_raw_records",
     "decode_record_columns",
     "decompress",

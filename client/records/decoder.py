@@ -13,6 +13,7 @@ bounds because the final position check (and the CRC) catch truncation.
 from __future__ import annotations
 
 import struct
+from bisect import bisect_right
 from collections.abc import Iterable
 from functools import partial
 from typing import Any
@@ -21,7 +22,7 @@ from kafkakit.errors import CorruptRecordError
 from kafkakit.structs import ConsumerRecord, Header
 
 from .compression import decompress
-from .fastdecode import MIN_RECORDS, Section, decode_sections
+from .fastdecode import MIN_RECORDS, Section, decode_sections, decode_sections_in_ranges
 from .gcpolicy import gc_paused
 from .header import (
     CODEC_MASK,
@@ -34,7 +35,15 @@ from .header import (
 )
 from .varint import read_uvarint
 
-__all__ = ["RawRecord", "decode_batch", "decode_batch_list", "decode_batches", "decode_raw_records", "read_control_type"]
+__all__ = [
+    "RawRecord",
+    "decode_batch",
+    "decode_batch_list",
+    "decode_batches",
+    "decode_batches_in_ranges",
+    "decode_raw_records",
+    "read_control_type",
+]
 
 #: (offset_delta, timestamp_delta, key, value, headers) of one record, as stored.
 RawRecord = tuple[int, int, bytes | None, bytes | None, list[Header]]
@@ -255,18 +264,68 @@ def decode_batch_list(
     so the records it hands out are still in the CPU cache when the
     application reads them.
     """
-    sections: list[Section] = []
     batches = list(batches)
     with gc_paused(sum(header.record_count for _, header in batches)):
-        for pos, header in batches:
-            if header.is_control or header.base_offset + header.last_offset_delta < min_offset:
-                continue
-            if check_crc and not verify_crc(data, pos, header):
-                raise CorruptRecordError(
-                    f"CRC mismatch in record batch at offset {header.base_offset} of {topic}-{partition}"
-                )
-            sections.append(_records_section(data, pos, header))
+        sections = _data_sections(data, batches, topic, partition, check_crc, min_offset)
         return _decode_sections(sections, topic, partition, min_offset)
+
+
+def decode_batches_in_ranges(
+    buf: bytes | bytearray | memoryview,
+    topic: str,
+    partition: int,
+    ranges: Iterable[tuple[int, int]],
+    *,
+    check_crc: bool = True,
+) -> list[ConsumerRecord[Any, Any]]:
+    """The data records of ``buf`` whose offsets fall in ``ranges`` (inclusive ``(first, last)``
+    pairs, disjoint), in offset order.
+
+    A share-group member is sent whole batches of which it acquired a part: batches outside
+    every range are not parsed, and record objects are built for the wanted offsets only.
+    """
+    wanted = sorted(ranges)
+    if not wanted:
+        return []
+    data = _as_bytes(buf)
+    firsts = [first for first, _ in wanted]
+    batches = []
+    for pos, header in iter_batch_headers(data):
+        # The last range starting at or before the batch's last offset is the only one that can
+        # overlap it without an earlier range doing so (the ranges are disjoint).
+        k = bisect_right(firsts, header.base_offset + header.last_offset_delta) - 1
+        if k >= 0 and wanted[k][1] >= header.base_offset:
+            batches.append((pos, header))
+    with gc_paused(sum(header.record_count for _, header in batches)):
+        sections = _data_sections(data, batches, topic, partition, check_crc, firsts[0])
+        if sum(s.record_count for s in sections) >= MIN_RECORDS:
+            fast = decode_sections_in_ranges(sections, topic, partition, wanted, _read_headers)
+            if fast is not None:
+                return fast
+        records = _decode_sections(sections, topic, partition, firsts[0])
+    return [r for r in records if _in_ranges(r.offset, firsts, wanted)]
+
+
+def _in_ranges(offset: int, firsts: list[int], ranges: list[tuple[int, int]]) -> bool:
+    k = bisect_right(firsts, offset) - 1
+    return k >= 0 and offset <= ranges[k][1]
+
+
+def _data_sections(
+    data: bytes, batches: list[tuple[int, BatchHeader]], topic: str, partition: int, check_crc: bool, min_offset: int
+) -> list[Section]:
+    """The record sections of the data batches (control batches and batches wholly below
+    ``min_offset`` left out), CRCs checked."""
+    sections: list[Section] = []
+    for pos, header in batches:
+        if header.is_control or header.base_offset + header.last_offset_delta < min_offset:
+            continue
+        if check_crc and not verify_crc(data, pos, header):
+            raise CorruptRecordError(
+                f"CRC mismatch in record batch at offset {header.base_offset} of {topic}-{partition}"
+            )
+        sections.append(_records_section(data, pos, header))
+    return sections
 
 
 def _decode_sections(

@@ -29,7 +29,7 @@ from kafkakit.structs import ConsumerRecord, Header
 
 from .varint import read_uvarint
 
-__all__ = ["MIN_RECORDS", "Section", "decode_sections"]
+__all__ = ["MIN_RECORDS", "Section", "decode_sections", "decode_sections_in_ranges"]
 
 if TYPE_CHECKING:  # numpy.typing costs 28 ms to import; only the type checker needs it
     import numpy.typing as npt
@@ -85,6 +85,33 @@ def decode_sections(
     if min_offset > min(s.base_offset for s in sections):  # a fetch may start in the middle of a batch
         columns = _keep_from(columns, min_offset)
     return _build(data, columns, topic, partition)
+
+
+def decode_sections_in_ranges(
+    sections: Sequence[Section],
+    topic: str,
+    partition: int,
+    ranges: Sequence[tuple[int, int]],
+    read_headers: HeaderReader,
+) -> list[ConsumerRecord[Any, Any]] | None:
+    """The records of ``sections`` whose offsets fall in ``ranges`` (sorted, disjoint, inclusive
+    ``(first, last)`` pairs), or None when the fast path does not apply.
+
+    Every record is parsed into the columns (cheap, vectorised) but Python objects are built
+    for the wanted ones only: a share-group member acquires part of the batches it is sent.
+    """
+    if not sections or not ranges:
+        return []
+    decoded = decode_columns(sections, read_headers)
+    if decoded is None:
+        return None
+    data, _arr, columns = decoded
+    offsets = columns.offsets
+    firsts = np.array([first for first, _ in ranges], np.int64)
+    lasts = np.array([last for _, last in ranges], np.int64)
+    inside = np.searchsorted(firsts, offsets, side="right") - 1  # the range starting at or before each
+    keep = (inside >= 0) & (offsets <= lasts[np.maximum(inside, 0)])
+    return _build(data, _keep(columns, keep), topic, partition)
 
 
 def decode_columns(
@@ -316,7 +343,11 @@ def _read_some_headers(
 
 
 def _keep_from(fields: RecordColumns, min_offset: int) -> RecordColumns:
-    keep = fields.offsets >= min_offset
+    return _keep(fields, fields.offsets >= min_offset)
+
+
+def _keep(fields: RecordColumns, keep: Any) -> RecordColumns:
+    """The records where the boolean array ``keep`` is true."""
     if keep.all():
         return fields
     index = np.flatnonzero(keep)
