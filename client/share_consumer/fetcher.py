@@ -39,7 +39,7 @@ from kafkakit.errors import (
 )
 from kafkakit.net.connection import BrokerConnection
 from kafkakit.protocol.framing import ApiKey
-from kafkakit.records import decode_batches
+from kafkakit.records import decode_batches_in_ranges
 from kafkakit.structs import TopicPartition
 
 from .acknowledgements import GAP, AcknowledgementResult, Acknowledgements, ShareConsumerRecord, gaps
@@ -332,7 +332,10 @@ class ShareFetcher:
         data = p.records
         records = []
         if data:
-            decoded = decode_batches(bytes(data), tp.topic, tp.partition, check_crc=self._config.check_crcs)
+            decoded = decode_batches_in_ranges(
+                data, tp.topic, tp.partition, [(first, last) for first, last, _ in acquired],
+                check_crc=self._config.check_crcs,
+            )  # fmt: skip
             records = _acquired_records(decoded, acquired)
         wanted = sum(last - first + 1 for first, last, _ in acquired)
         missing = []
@@ -486,9 +489,8 @@ class ShareFetcher:
 def _acquired_records(
     decoded: list[Any], acquired: list[tuple[int, int, int]]
 ) -> list[ShareConsumerRecord]:
-    """The decoded records (in offset order) inside an acquired range, each with that range's
-    delivery count. The batches hold every record of each batch the broker returned, often many
-    more than the member acquired (members share a partition): find each range by bisection."""
+    """The decoded records (in offset order, of the acquired ranges only) with their range's
+    delivery count: find each range by bisection."""
     out: list[ShareConsumerRecord] = []
     of = ShareConsumerRecord.of
     for first, last, count in sorted(acquired):
