@@ -15,6 +15,7 @@ import asyncio
 import base64
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -57,6 +58,16 @@ class PartitionState:
 
 class LocalClusterError(RuntimeError):
     """A node did not start, or the cluster did not become ready in time."""
+
+
+class PortInUseError(LocalClusterError):
+    """A node could not listen on its port: another process took it after it was chosen."""
+
+
+#: A first start whose node found its port taken is tried again on fresh ports, this many times
+#: in all. Ports are chosen free but bound only later, by the node processes; in between, any
+#: process can take one (a client's outgoing connection gets it as its ephemeral port).
+_START_ATTEMPTS = 3
 
 
 @dataclass(slots=True)
@@ -143,13 +154,30 @@ class LocalCluster:
     async def start(self) -> None:
         """Start every node and wait until all are registered and unfenced."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        fresh = not any(node.data_dir.exists() for node in self._nodes.values())
         try:
-            for node_id in self.node_ids:
-                await self._spawn(node_id)
-            await self.wait_ready()
+            for attempt in range(1, _START_ATTEMPTS + 1):
+                try:
+                    for node_id in self.node_ids:
+                        await self._spawn(node_id)
+                    await self.wait_ready()
+                    return
+                except PortInUseError:
+                    if not fresh or attempt == _START_ATTEMPTS:
+                        raise
+                    await self._start_over_on_new_ports()
         except BaseException:
             await self.close()
             raise
+
+    async def _start_over_on_new_ports(self) -> None:
+        """Stop every node, remove what this first start wrote, and choose new ports."""
+        await asyncio.gather(*(self._terminate(i, signal.SIGKILL, 10.0) for i in self.node_ids))
+        ports = _free_ports(2 * len(self._nodes))
+        for node_id, node in self._nodes.items():
+            shutil.rmtree(node.data_dir, ignore_errors=True)
+            self.log_path(node_id).unlink(missing_ok=True)
+            node.port, node.controller_port = ports[2 * (node_id - 1)], ports[2 * (node_id - 1) + 1]
 
     async def close(self) -> None:
         """Stop every node (SIGTERM, then SIGKILL after 20 s)."""
@@ -306,7 +334,8 @@ class LocalCluster:
             process = node.process
             if process is not None and process.returncode not in (None, -signal.SIGKILL, -signal.SIGTERM, 0):
                 tail = _tail(self.log_path(node.node_id))
-                raise LocalClusterError(f"node {node.node_id} exited with {process.returncode}:\n{tail}")
+                error = PortInUseError if "address already in use" in tail else LocalClusterError
+                raise error(f"node {node.node_id} exited with {process.returncode}:\n{tail}")
 
     async def _live_brokers_everywhere(self, expected: set[int]) -> bool:
         answers = await asyncio.gather(*(self.live_brokers(i) for i in sorted(expected)))
