@@ -17,7 +17,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import struct
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from kafkakit.broker.ports import free_ports
 from kafkakit.protocol import decode_response, encode_request
 from kafkakit.protocol.build import make_request
 
@@ -110,7 +110,7 @@ class LocalCluster:
         self.config.setdefault("transaction.state.log.min.isr", str(min(nodes, 2)))
         self.startup_timeout = startup_timeout
         self.python = python
-        ports = _free_ports(2 * nodes)
+        ports = free_ports(2 * nodes, host)
         self._nodes = {
             i: _Node(i, self.data_dir / f"node-{i}", ports[2 * (i - 1)], ports[2 * (i - 1) + 1])
             for i in range(1, nodes + 1)
@@ -173,7 +173,7 @@ class LocalCluster:
     async def _start_over_on_new_ports(self) -> None:
         """Stop every node, remove what this first start wrote, and choose new ports."""
         await asyncio.gather(*(self._terminate(i, signal.SIGKILL, 10.0) for i in self.node_ids))
-        ports = _free_ports(2 * len(self._nodes))
+        ports = free_ports(2 * len(self._nodes), self.host)
         for node_id, node in self._nodes.items():
             shutil.rmtree(node.data_dir, ignore_errors=True)
             self.log_path(node_id).unlink(missing_ok=True)
@@ -359,20 +359,6 @@ async def _metadata(host: str, port: int, timeout: float, topics: tuple[str, ...
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
-
-
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct ports the OS reports free now (bound to port 0, then released)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def _tail(path: Path, lines: int = 30) -> str:

@@ -118,10 +118,10 @@ def new_topic_name(prefix: str = "t") -> str:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A TCP port that was free a moment ago, below the ephemeral range (see kafkakit.broker.ports)."""
+    from kafkakit.broker.ports import free_ports
+
+    return free_ports(1, host)[0]
 
 
 def split_address(bootstrap_servers: str) -> tuple[str, int]:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from pathlib import Path
 
+from kafkakit.broker.ports import free_ports
 from kafkakit.broker.raft import RaftConfig, RaftEndpoint, Role, Snapshot, Voter, start_endpoint
 
 ELECTION_MS = 150
@@ -14,19 +14,12 @@ FETCH_MS = 400
 BACKOFF_MS = 100
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 class Quorum:
     """Three voters, each with its own directory, listener and committed-record log."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.voters = {i: Voter(i, "127.0.0.1", _free_port()) for i in (1, 2, 3)}
+        self.voters = {i: Voter(i, "127.0.0.1", port) for i, port in zip((1, 2, 3), free_ports(3), strict=True)}
         self.endpoints: dict[int, RaftEndpoint] = {}
         self.delivered: dict[int, list[tuple[int, bytes]]] = {}
         self.snapshots: dict[int, list[Snapshot]] = {}

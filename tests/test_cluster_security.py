@@ -28,7 +28,7 @@ from kafkakit.acls import (
     creation,
 )
 from kafkakit.broker import LocalCluster
-from kafkakit.broker.local_cluster import _free_ports
+from kafkakit.broker.ports import free_ports
 from kafkakit.errors import KafkaError
 from kafkakit.net.connection import BrokerConnection
 from kafkakit.net.security import SecurityConfig
@@ -57,7 +57,7 @@ class SecureCluster(LocalCluster):
 
     def __init__(self, data_dir: Path, add_scram: dict[int, list[str]]) -> None:
         super().__init__(3, data_dir, config=SETTINGS)
-        self.sasl_ports = dict(zip(self.node_ids, _free_ports(len(self.node_ids)), strict=True))
+        self.sasl_ports = dict(zip(self.node_ids, free_ports(len(self.node_ids)), strict=True))
         self.add_scram = add_scram
 
     def sasl_address(self, node_id: int) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -30,6 +29,7 @@ from kafkakit.broker.controller import (
 )
 from kafkakit.broker.metadata import MetadataImage, PartitionRegistration
 from kafkakit.broker.metadata.loader import MetadataLoader
+from kafkakit.broker.ports import free_ports
 from kafkakit.broker.raft import RaftConfig, RaftEndpoint, RaftNode, RaftPeers, Voter
 from kafkakit.protocol.build import make_request
 from kio.schema.errors import ErrorCode
@@ -40,13 +40,6 @@ FETCH_MS = 600
 SESSION_MS = 1500
 HEARTBEAT_MS = 150
 ZERO = uuid.UUID(int=0)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -70,7 +63,7 @@ class Cluster:
     def __init__(self, root: Path, settings: ControllerSettings) -> None:
         self.root = root
         self.settings = settings
-        self.voters = {i: Voter(i, "127.0.0.1", _free_port()) for i in (1, 2, 3)}
+        self.voters = {i: Voter(i, "127.0.0.1", port) for i, port in zip((1, 2, 3), free_ports(3), strict=True)}
         self.nodes: dict[int, Node] = {}
         self.brokers: dict[int, BrokerLifecycle] = {}
         self._retired: list[BrokerLifecycle] = []

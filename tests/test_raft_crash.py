@@ -8,20 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from kafkakit.broker.ports import free_ports
 from kafkakit.broker.raft import RaftConfig, RaftEndpoint, Role, Voter, start_endpoint
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Child:
@@ -73,7 +66,7 @@ async def _until(condition: Any, timeout: float, what: str) -> None:
 
 
 async def test_a_killed_leader_loses_no_acknowledged_entry_and_rejoins_after_restart(tmp_path: Path) -> None:
-    voters = {i: Voter(i, "127.0.0.1", _free_port()) for i in (1, 2, 3)}
+    voters = {i: Voter(i, "127.0.0.1", port) for i, port in zip((1, 2, 3), free_ports(3), strict=True)}
     text = ",".join(f"{v.node_id}@{v.host}:{v.port}" for v in voters.values())
     endpoints: dict[int, RaftEndpoint] = {}
     delivered: dict[int, list[str]] = {1: [], 2: []}
