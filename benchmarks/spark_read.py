@@ -115,25 +115,6 @@ def _standin_jar() -> Path:
     return jar
 
 
-def compile_kafkakit_bytecode() -> None:
-    """Write kafkakit's ``.pyc`` files, as ``pip install kafkakit`` does when it installs the wheel.
-
-    An editable install has none, and where PYTHONDONTWRITEBYTECODE is set (this VM) every
-    Python process Spark starts (a runner per streaming query, a daemon per worker kind, each
-    forked worker) would compile kafkakit from source first: 0.26 s a process here, which a
-    user's installed kafkakit does not pay.
-    """
-    import compileall
-
-    import kafkakit
-    import kafkakit.broker
-    import kafkakit.spark
-
-    for package in (kafkakit, kafkakit.broker, kafkakit.spark):
-        for path in package.__path__:
-            compileall.compile_dir(path, quiet=1)
-
-
 def start_broker(kind: str, workdir: Path) -> Any:
     import tests.brokers as brokers
 
@@ -190,7 +171,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     import pyspark
     from kafkakit.spark import local_session
 
-    compile_kafkakit_bytecode()
+    import tests.brokers as brokers
+
+    brokers.compile_kafkakit_bytecode()  # as an installed kafkakit has it
 
     readers = args.readers.split(",")
     conf = {"spark.driver.memory": "2g"}

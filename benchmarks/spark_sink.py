@@ -200,7 +200,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     import pyspark
     from kafkakit.spark import local_session
 
-    spark_read.compile_kafkakit_bytecode()
+    import tests.brokers as brokers
+
+    brokers.compile_kafkakit_bytecode()  # as an installed kafkakit has it
     pipelines = args.pipelines.split(",")
     conf = {"spark.driver.memory": "2g"}
     results: dict[str, Any] = {"args": vars(args), "pyspark": pyspark.__version__, "brokers": {}}

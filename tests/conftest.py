@@ -33,6 +33,7 @@ from tests.brokers import (  # noqa: E402
     KafkaServer,
     RunningBroker,
     TestcontainersKafka,
+    compile_kafkakit_bytecode,
     docker_unavailable_reason,
     kafka_version,
     missing_kafka_tools,
@@ -181,19 +182,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Write kafkakit's ``.pyc`` files once, before any worker or subprocess starts.
-
-    ``pip install kafkakit`` compiles the wheel's modules; an editable install does not, and
-    where PYTHONDONTWRITEBYTECODE is set every process a test starts (broker_min
-    subprocesses, the CLI, Spark's Python workers and runners) would compile kafkakit from
-    source again: 0.26 s a process on a slow VM (tests/test_cli.py 88 -> 74 s).
-    """
+    """Write kafkakit's bytecode once, before any worker or subprocess starts (see
+    :func:`tests.brokers.compile_kafkakit_bytecode`)."""
     if hasattr(config, "workerinput"):  # an xdist worker: the controller did it
         return
-    import compileall
-
-    for package in ("client", "broker_min", "spark"):
-        compileall.compile_dir(Path(_REPO_ROOT) / package, quiet=1)
+    compile_kafkakit_bytecode()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
