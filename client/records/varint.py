@@ -32,26 +32,25 @@ def _small_table() -> tuple[bytes, ...]:
     # Every process that imports kafkakit builds it, so the two- and three-byte codes are
     # sliced out of blobs built 64 codes at a time (their first byte cycles through the same
     # 64 values) rather than made one by one: 45 -> 20 -> 8 ms on a slow VM.
-    low_bytes = bytes(range(0x80, 0x100, 2))  # first byte of 2n for n % 64 = 0..63
     one = [bytes((2 * n,)) for n in range(64)]
-    row = bytearray(128)
-    row[0::2] = low_bytes
-    rows = []
-    for high in range(1, 128):  # n >> 6 for 64 <= n < 8192
-        row[1::2] = bytes((high,)) * 64
-        rows.append(bytes(row))
-    blob = b"".join(rows)
-    two = [blob[i : i + 2] for i in range(0, len(blob), 2)]
-    row = bytearray(192)
-    row[0::3] = low_bytes
-    rows = []
-    for middle in range(128, SMALL_LIMIT >> 6):  # n >> 6 for 8192 <= n < SMALL_LIMIT
-        row[1::3] = bytes((0x80 | (middle & 0x7F),)) * 64
-        row[2::3] = bytes((middle >> 7,)) * 64
-        rows.append(bytes(row))
-    blob = b"".join(rows)
-    three = [blob[i : i + 3] for i in range(0, len(blob), 3)]
+    two = _codes_by_64([(high,) for high in range(1, 128)])  # n >> 6 for 64 <= n < 8192
+    three = _codes_by_64([(0x80 | (m & 0x7F), m >> 7) for m in range(128, SMALL_LIMIT >> 6)])
     return (*one, *two, *three)
+
+
+def _codes_by_64(tails: list[tuple[int, ...]]) -> list[bytes]:
+    """The codes of 64 consecutive n per tail: their first byte is that of 2n for n % 64 = 0..63,
+    their other bytes the tail's (the same for all 64)."""
+    width = 1 + len(tails[0])
+    row = bytearray(64 * width)
+    row[0::width] = bytes(range(0x80, 0x100, 2))
+    rows = []
+    for tail in tails:
+        for i, byte in enumerate(tail, start=1):
+            row[i::width] = bytes((byte,)) * 64
+        rows.append(bytes(row))
+    blob = b"".join(rows)
+    return [blob[i : i + width] for i in range(0, len(blob), width)]
 
 
 SMALL: tuple[bytes, ...] = _small_table()
