@@ -110,10 +110,9 @@ class LocalCluster:
         self.config.setdefault("transaction.state.log.min.isr", str(min(nodes, 2)))
         self.startup_timeout = startup_timeout
         self.python = python
-        ports = free_ports(2 * nodes, host)
         self._nodes = {
-            i: _Node(i, self.data_dir / f"node-{i}", ports[2 * (i - 1)], ports[2 * (i - 1) + 1])
-            for i in range(1, nodes + 1)
+            i: _Node(i, self.data_dir / f"node-{i}", port, controller_port)
+            for i, (port, controller_port) in enumerate(_port_pairs(nodes, host), start=1)
         }
 
     # -- addresses -------------------------------------------------------------------------
@@ -173,11 +172,11 @@ class LocalCluster:
     async def _start_over_on_new_ports(self) -> None:
         """Stop every node, remove what this first start wrote, and choose new ports."""
         await asyncio.gather(*(self._terminate(i, signal.SIGKILL, 10.0) for i in self.node_ids))
-        ports = free_ports(2 * len(self._nodes), self.host)
-        for node_id, node in self._nodes.items():
+        pairs = _port_pairs(len(self._nodes), self.host)
+        for (node_id, node), (port, controller_port) in zip(self._nodes.items(), pairs, strict=True):
             shutil.rmtree(node.data_dir, ignore_errors=True)
             self.log_path(node_id).unlink(missing_ok=True)
-            node.port, node.controller_port = ports[2 * (node_id - 1)], ports[2 * (node_id - 1) + 1]
+            node.port, node.controller_port = port, controller_port
 
     async def close(self) -> None:
         """Stop every node (SIGTERM, then SIGKILL after 20 s)."""
@@ -359,6 +358,12 @@ async def _metadata(host: str, port: int, timeout: float, topics: tuple[str, ...
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+
+def _port_pairs(nodes: int, host: str) -> list[tuple[int, int]]:
+    """(broker port, controller port) for each of ``nodes`` nodes, all distinct."""
+    ports = free_ports(2 * nodes, host)
+    return list(zip(ports[0::2], ports[1::2], strict=True))
 
 
 def _tail(path: Path, lines: int = 30) -> str:
