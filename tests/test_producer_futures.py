@@ -148,7 +148,7 @@ async def test_send_builds_its_future_like_the_constructor(producer: Producer, t
 async def test_records_of_mixed_shapes_in_one_batch_round_trip(
     producer: Producer, topic: str, broker_min: BrokerMinServer
 ) -> None:
-    """Keys, headers and odd values in the flat record list of one batch come back as sent."""
+    """Keys, headers and odd values among the columns of one batch come back as sent."""
     sent = []
     for i in range(200):  # past the uniform encoder's minimum, but not uniform
         key = None if i % 3 else f"k{i}".encode()

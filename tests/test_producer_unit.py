@@ -91,7 +91,7 @@ async def test_batches_close_at_max_batch_size() -> None:
     pq = acc.queue("t", 0)
     for _ in range(10):
         acc.append(pq, None, b"x" * 200, 0, (), 214)
-    sizes = [len(b.records) // 4 for b in pq.batches]  # four items per record
+    sizes = [len(b.values) for b in pq.batches]
     assert sizes == [4, 4, 2]  # 61-byte header + 4 * 214 fits in 1000, a fifth does not
     assert all(b.size <= 1000 for b in pq.batches)
 
@@ -102,7 +102,7 @@ async def test_oversized_record_gets_a_batch_of_its_own() -> None:
     acc.append(pq, None, b"x", 0, (), 15)
     acc.append(pq, None, b"x" * 5000, 0, (), 5014)
     acc.append(pq, None, b"x", 0, (), 15)
-    assert [len(b.records) // 4 for b in pq.batches] == [1, 1, 1]
+    assert [len(b.values) for b in pq.batches] == [1, 1, 1]
 
 
 async def test_linger_decides_readiness() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import gzip
 import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import cramjam
@@ -691,33 +693,54 @@ def test_uniform_encoder_declines_other_records() -> None:
     assert fastencode.encode_uniform_records(as_bytearray) == _encode_records_slowly(as_bytearray)
 
 
+@dataclass
+class _Queued:
+    """Records as columns, the shape of the producer's batches (kafkakit.records.QueuedRecords)."""
+
+    values: list[Any] = field(default_factory=list)
+    stamps: list[Any] = field(default_factory=list)
+    keys: dict[int, Any] | None = None
+    headers: dict[int, Any] | None = None
+
+    @classmethod
+    def of(cls, records: Sequence[Any], stamps_per_ms: int = 1) -> _Queued:
+        queued = cls()
+        for index, (key, value, stamp, headers) in enumerate(records):
+            queued.values.append(value)
+            queued.stamps.append(stamp * stamps_per_ms)
+            if key is not None:
+                queued.keys = {**(queued.keys or {}), index: key}
+            if headers:
+                queued.headers = {**(queued.headers or {}), index: headers}
+        return queued
+
+
 @pytest.mark.parametrize("uniform", [True, False])
 def test_nanosecond_stamps_encode_as_their_milliseconds(uniform: bool) -> None:
     """The producer stores time.time_ns() stamps (stamps_per_ms=1,000,000): the batch must be the
-    one with those stamps floored to milliseconds, on the uniform path and the loop, one list or several."""
-    from kafkakit.records import encode_flat_batch, encode_flat_batches
+    one with those stamps floored to milliseconds, on the uniform path and the loop, one part or several."""
+    from kafkakit.records import encode_queued_batches
 
     count = 3 * fastencode.MIN_RECORDS
     nanos = [BASE_TS * 1_000_000 + i * 333_333 + (999_999 if i % 7 == 0 else 0) for i in range(count)]
-    flat_ns: list[Any] = []
-    flat_ms: list[Any] = []
-    for i, stamp in enumerate(nanos):
-        key = None if uniform or i % 3 else b"k"
-        flat_ns += [key, b"v%04d" % i, stamp, ()]
-        flat_ms += [key, b"v%04d" % i, stamp // 1_000_000, ()]
-    expected = encode_flat_batch(flat_ms)
-    assert encode_flat_batch(flat_ns, stamps_per_ms=1_000_000) == expected
-    cut = 4 * fastencode.MIN_RECORDS
-    assert encode_flat_batches([flat_ns[:cut], flat_ns[cut:]], stamps_per_ms=1_000_000) == expected
+    records = [(None if uniform or i % 3 else b"k", b"v%04d" % i, stamp // 1_000_000, ()) for i, stamp in enumerate(nanos)]
+    in_nanos = _Queued.of(records)
+    in_nanos.stamps = nanos
+    expected = encode_batch(records)
+    assert encode_queued_batches([in_nanos], stamps_per_ms=1_000_000) == expected
+    cut = fastencode.MIN_RECORDS
+    parts = [_Queued.of(records[:cut]), _Queued.of(records[cut:])]
+    parts[0].stamps, parts[1].stamps = nanos[:cut], nanos[cut:]
+    assert encode_queued_batches(parts, stamps_per_ms=1_000_000) == expected
 
 
 @pytest.mark.parametrize("uniform", [True, False])
 @pytest.mark.parametrize("codec", ["none", "lz4", "gzip"])
 @pytest.mark.parametrize("producer", [(-1, -1, -1, False), (4711, 3, 1000, False), (4711, 3, 2**31 - 5, True)])
-def test_flat_batches_encode_as_tuple_batches(uniform: bool, codec: str, producer: tuple[int, int, int, bool]) -> None:
-    """encode_flat_batch (the producer's record list, producer fields written in place) gives
+def test_queued_records_encode_as_tuple_batches(uniform: bool, codec: str, producer: tuple[int, int, int, bool]) -> None:
+    """encode_queued_batches (the producer's batches, producer fields written in place) gives
     encode_batch's bytes, whether the uniform encoder's scratch buffer or the loop builds them."""
-    from kafkakit.records import encode_flat_batch
+    from kafkakit.records import encode_queued_batches
 
     producer_id, epoch, sequence, transactional = producer
     count = 3 * fastencode.MIN_RECORDS
@@ -725,43 +748,44 @@ def test_flat_batches_encode_as_tuple_batches(uniform: bool, codec: str, produce
         (None if uniform or i % 2 else b"key", b"v%04d" % i, BASE_TS + i % 9, () if uniform or i % 5 else [("h", b"x")])
         for i in range(count)
     ]
-    flat = [item for record in records for item in record]
     expected = encode_batch(
         records, compression=codec, producer_id=producer_id, producer_epoch=epoch,
         base_sequence=sequence, transactional=transactional,
     )  # fmt: skip
     for _ in range(2):  # the second call reuses the scratch buffer
-        got = encode_flat_batch(
-            flat, compression=codec, producer_id=producer_id, producer_epoch=epoch,
+        got = encode_queued_batches(
+            [_Queued.of(records)], compression=codec, producer_id=producer_id, producer_epoch=epoch,
             base_sequence=sequence, transactional=transactional,
         )  # fmt: skip
         assert got == expected
     (_, header), = iter_batch_headers(got)
     assert verify_crc(got, 0, header) and header.producer_id == producer_id and header.is_transactional == transactional
-    with pytest.raises(ValueError, match="four items per record"):
-        encode_flat_batch(flat[:-1])
+    torn = _Queued.of(records)
+    torn.stamps.pop()
+    with pytest.raises(ValueError, match="values but"):
+        encode_queued_batches([torn])
+    with pytest.raises(ValueError, match="at least one record"):
+        encode_queued_batches([_Queued()])
 
 
 @pytest.mark.parametrize("uniform", [True, False])
 @pytest.mark.parametrize("codec", ["none", "zstd"])
-def test_several_flat_lists_encode_as_their_concatenation(uniform: bool, codec: str) -> None:
-    """encode_flat_batches (the producer's coalesced batches) gives the bytes of one batch of all
-    their records, in order, whether the lists are uniform, split unevenly or one is not uniform."""
-    from kafkakit.records import encode_flat_batch, encode_flat_batches
+def test_several_queued_parts_encode_as_their_concatenation(uniform: bool, codec: str) -> None:
+    """encode_queued_batches over several parts (the producer's coalesced batches) gives the bytes of
+    one batch of all their records, in order, whether they are uniform, split unevenly or one is not uniform."""
+    from kafkakit.records import encode_queued_batches
 
     count = 5 * fastencode.MIN_RECORDS
     records = [(None, b"v%04d" % i, BASE_TS + i % 7, ()) for i in range(count)]
     if not uniform:
         records[count - 3] = (b"key", records[count - 3][1], BASE_TS, [("h", b"x")])
-    flat = [item for record in records for item in record]
-    cuts = [0, 4, 4 * fastencode.MIN_RECORDS, 4 * (count - 2), 4 * count]  # a one-record list too
-    flats = [flat[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+    cuts = [0, 1, fastencode.MIN_RECORDS, count - 2, count]  # a one-record part too
+    parts = [_Queued.of(records[a:b]) for a, b in zip(cuts, cuts[1:], strict=False)]
     expected = encode_batch(records, compression=codec, producer_id=7, producer_epoch=1, base_sequence=40)
-    got = encode_flat_batches(flats, compression=codec, producer_id=7, producer_epoch=1, base_sequence=40)
+    got = encode_queued_batches(parts, compression=codec, producer_id=7, producer_epoch=1, base_sequence=40)
     assert got == expected
-    assert encode_flat_batch(flat, compression=codec, producer_id=7, producer_epoch=1, base_sequence=40) == expected
-    with pytest.raises(ValueError, match="four items per record"):
-        encode_flat_batches([flat[:4], flat[4:-1]])
+    whole = encode_queued_batches([_Queued.of(records)], compression=codec, producer_id=7, producer_epoch=1, base_sequence=40)
+    assert whole == expected
 
 
 def test_request_frames_keep_large_fields_as_chunks() -> None:

@@ -18,13 +18,13 @@ import asyncio
 import contextvars
 import time
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from kafkakit.errors import KafkaError, KafkaTimeoutError
-from kafkakit.records import Compression, encode_flat_batch
+from kafkakit.records import Compression, encode_queued_batches
 from kafkakit.records.gcpolicy import gc_paused
-from kafkakit.structs import RecordMetadata, TopicPartition
+from kafkakit.structs import Header, RecordMetadata, TopicPartition
 
 #: What a batch future resolves to: (base offset, log append time or -1, log start offset).
 BatchResult = tuple[int, int, int]
@@ -32,10 +32,10 @@ BatchResult = tuple[int, int, int]
 #: Bytes a record adds to a batch besides key, value and headers (attributes,
 #: timestamp/offset deltas, lengths, header count); a close estimate, not a bound.
 RECORD_OVERHEAD = 14
-#: What a record costs in memory beyond its wire size, charged to ``buffer_memory``: four
-#: list slots and the list's spare capacity (36 B), the value's bytes-object header and
-#: allocator rounding (about 44 B) and the timestamp's int (32 B). Without it, 100-byte
-#: records held twice their budget while a broker was stalled.
+#: What a record costs in memory beyond its wire size, charged to ``buffer_memory``: two
+#: list slots and the lists' spare capacity (about 20 B), the value's bytes-object header and
+#: allocator rounding (about 44 B) and the timestamp's int (32 B), rounded up. Without it,
+#: 100-byte records held twice their budget while a broker was stalled.
 RECORD_MEMORY_OVERHEAD = 112
 #: Fixed size of a record batch header (magic v2).
 BATCH_HEADER_SIZE = 61
@@ -44,8 +44,9 @@ BATCH_HEADER_SIZE = 61
 #: (vectorised) or a RecordMetadata is built: the per-record path skips a big-int division
 #: (the ``await send()`` loop 1.69 -> 1.59 us a record on the 2026-11-26 VM).
 STAMPS_PER_MS = 1_000_000
-#: Emptied record lists kept for new batches (see ``Accumulator._spare_lists``).
-SPARE_LISTS = 1024
+#: Emptied value and timestamp lists kept for new batches, two per batch (see
+#: ``Accumulator._spare_lists``).
+SPARE_LISTS = 2048
 #: Taken from ``Accumulator.free`` while a send waits for memory, so that the hot path's one
 #: comparison (``free - charge >= 0``) also keeps later sends behind the waiting ones.
 _WAITERS_GATE = 1 << 62
@@ -56,7 +57,10 @@ class ProducerBatch:
 
     __slots__ = (
         "tp",
-        "records",
+        "values",
+        "stamps",
+        "keys",
+        "headers",
         "encoded",
         "record_count",
         "size",
@@ -80,11 +84,17 @@ class ProducerBatch:
         seq: int,
         created: float,
         future: asyncio.Future[BatchResult],
-        records: list[Any] | None = None,
+        values: list[Any] | None = None,
+        stamps: list[Any] | None = None,
     ) -> None:
         self.tp = tp
-        # Flat: key, value, timestamp_ms, headers, key, ... (no tuple per record for the collector to track).
-        self.records: list[Any] = [] if records is None else records
+        # The records as columns (kafkakit.records.QueuedRecords): values and timestamps (in
+        # nanoseconds: STAMPS_PER_MS) one list each; keys and headers only of the records
+        # that have them, by index. A keyless record costs send() two list appends.
+        self.values: list[Any] = [] if values is None else values
+        self.stamps: list[Any] = [] if stamps is None else stamps
+        self.keys: dict[int, bytes] | None = None
+        self.headers: dict[int, Sequence[Header]] | None = None
         self.encoded: bytes | None = None
         self.record_count = 0  # set when the batch leaves its queue (the hot path only appends)
         self.size = BATCH_HEADER_SIZE
@@ -106,6 +116,17 @@ class ProducerBatch:
 
     def __repr__(self) -> str:
         return f"<ProducerBatch {self.tp.topic}-{self.tp.partition} #{self.seq} records={self.record_count} size={self.size}>"
+
+    def add_key_and_headers(self, index: int, key: bytes | None, headers: Sequence[Header] | None) -> None:
+        """Record ``index``'s key and headers (send() calls this only for records that have either)."""
+        if key is not None:
+            if self.keys is None:
+                self.keys = {}
+            self.keys[index] = key
+        if headers:
+            if self.headers is None:
+                self.headers = {}
+            self.headers[index] = headers
 
     def add_waiter(self, record: RecordFuture) -> None:
         """Have ``record`` told when this batch completes (once per record)."""
@@ -144,7 +165,7 @@ class ProducerBatch:
         """The wire bytes of this batch, built once and kept for retries."""
         data = self.encoded
         if data is None:
-            data = self.encoded = encode_flat_batch(self.records, compression=compression, stamps_per_ms=STAMPS_PER_MS)
+            data = self.encoded = encode_queued_batches([self], compression=compression, stamps_per_ms=STAMPS_PER_MS)
         return data
 
 
@@ -413,6 +434,7 @@ class Accumulator:
             time.monotonic(),
             asyncio.get_running_loop().create_future(),
             spare.pop() if spare else None,
+            spare.pop() if spare else None,
         )
         pq.next_seq += 1
         pq.batches.append(batch)
@@ -440,10 +462,13 @@ class Accumulator:
         batch = pq.open
         if batch is None or batch.size + size > self.max_batch_size:
             batch = self.new_batch(pq)
-        records = batch.records
-        records.extend((key, value, timestamp * STAMPS_PER_MS, headers))
+        values = batch.values
+        values.append(value)
+        batch.stamps.append(timestamp * STAMPS_PER_MS)
+        if key is not None or headers:
+            batch.add_key_and_headers(len(values) - 1, key, headers)
         batch.size += size
-        return RecordFuture.of(batch, (len(records) >> 2) - 1, timestamp)
+        return RecordFuture.of(batch, len(values) - 1, timestamp)
 
     def append_encoded(
         self, pq: PartitionQueue, data: bytes, record_count: int, timestamp: int, size: int, reserved: int
@@ -564,7 +589,7 @@ class Accumulator:
         if batch is pq.open:
             pq.open = None
         if batch.encoded is None:
-            batch.record_count = len(batch.records) >> 2
+            batch.record_count = len(batch.values)
         pq.in_flight += 1
         return batch
 
@@ -573,7 +598,7 @@ class Accumulator:
         batch = pq.batches.popleft()
         if batch is pq.open:
             pq.open = None
-        batch.record_count = len(batch.records) >> 2
+        batch.record_count = len(batch.values)
         return batch
 
     def requeue(self, pq: PartitionQueue, batch: ProducerBatch) -> None:
@@ -633,7 +658,7 @@ class Accumulator:
                 incomplete.discard(batch)
                 if batch.reserved < 0:
                     held += (
-                        batch.size - BATCH_HEADER_SIZE + (len(batch.records) >> 2) * RECORD_MEMORY_OVERHEAD
+                        batch.size - BATCH_HEADER_SIZE + (len(batch.values)) * RECORD_MEMORY_OVERHEAD
                     )
                 else:
                     held += batch.reserved
@@ -663,20 +688,22 @@ class Accumulator:
         if batch in self._incomplete:
             self._incomplete.discard(batch)
             if batch.reserved < 0:  # record batches: wire bytes plus each record's memory overhead
-                held = batch.size - BATCH_HEADER_SIZE + (len(batch.records) >> 2) * RECORD_MEMORY_OVERHEAD
+                held = batch.size - BATCH_HEADER_SIZE + (len(batch.values)) * RECORD_MEMORY_OVERHEAD
             else:
                 held = batch.reserved
             self._recycle(batch)
             self.release(held)
 
     def _recycle(self, batch: ProducerBatch) -> None:
-        """Drop a finished batch's records and bytes, keeping its emptied record list for a new batch."""
-        records = batch.records
-        batch.records = []
+        """Drop a finished batch's records and bytes, keeping its emptied lists for a new batch."""
+        values, stamps = batch.values, batch.stamps
+        batch.values, batch.stamps, batch.keys, batch.headers = [], [], None, None
         batch.encoded = None
-        if records and len(self._spare_lists) < SPARE_LISTS:
-            records.clear()
-            self._spare_lists.append(records)
+        spare = self._spare_lists
+        if values and len(spare) < SPARE_LISTS:
+            values.clear()
+            stamps.clear()
+            spare += (values, stamps)
 
     def expire(self, pq: PartitionQueue, now: float, delivery_timeout: float) -> bool:
         """Fail queued batches of ``pq`` older than the delivery timeout.
@@ -692,7 +719,7 @@ class Accumulator:
             if batch is pq.open:
                 pq.open = None
             if batch.encoded is None:
-                batch.record_count = len(batch.records) >> 2
+                batch.record_count = len(batch.values)
             reason = f" (last error: {batch.last_error})" if batch.last_error is not None else ""
             self.fail(
                 None,
@@ -721,7 +748,7 @@ class Accumulator:
                     batch = pq.batches.popleft()
                     sequenced = sequenced or batch.base_sequence >= 0
                     if batch.encoded is None:
-                        batch.record_count = len(batch.records) >> 2
+                        batch.record_count = len(batch.values)
                     self.fail(None, batch, error)
                 pq.open = None
         return sequenced

@@ -137,7 +137,7 @@ class ProducerMetrics:
 
 def _records_of(batch: ProducerBatch) -> int:
     # record_count is set when a batch leaves its queue; a batch failed while queued may not have it.
-    return batch.record_count or (len(batch.records) >> 2)
+    return batch.record_count or len(batch.values)
 
 
 SendFunction = Callable[..., Awaitable[RecordFuture]]

@@ -362,20 +362,26 @@ class Producer:
             if value.__class__ is not bytes:
                 value = as_bytes(value, "value")
             size = RECORD_OVERHEAD + len(value)
-        if key is not None:
-            if key.__class__ is not bytes:
-                key = as_bytes(key, "key")
-            size += len(key)
-        if headers:
-            headers, header_size = check_headers(headers)
-            size += header_size
+        if key is None and not headers:
+            plain = True  # the commonest record: no key, no headers
         else:
-            headers = ()
+            plain = False
+            if key is not None:
+                if key.__class__ is not bytes:
+                    key = as_bytes(key, "key")
+                size += len(key)
+            if headers:
+                headers, header_size = check_headers(headers)
+                size += header_size
         if size > self._max_record_size:
             raise self._too_large(size)
-        state = self._topics.get(topic)
+        try:  # a subscript in a try costs less than dict.get()
+            state = self._topics[topic]
+        except KeyError:
+            state = None  # looked up outside the handler: its errors must not chain to a KeyError
         if state is None:
             state = await self._topic_state(topic)
+        pq: PartitionQueue | None
         if partition is None:
             if key is None and self._partitioner is None:
                 # KIP-480: stick to one partition until a record would open a new batch there.
@@ -386,7 +392,10 @@ class Producer:
             else:
                 pq = state.queues[self._choose_partition(state, key)]
         else:
-            pq = state.queues.get(partition)  # type: ignore[assignment]
+            try:
+                pq = state.queues[partition]
+            except KeyError:
+                pq = None
             if pq is None:
                 pq = await self._explicit_partition(topic, partition)
         if timestamp_ms is None:
@@ -406,14 +415,17 @@ class Producer:
         batch = pq.open
         if batch is None or batch.size + size > self._max_batch_size:
             batch = acc.new_batch(pq)
-        records = batch.records
-        records.extend((key, value, stamp, headers))  # flat: see ProducerBatch.records
+        values = batch.values  # columns: see ProducerBatch.values
+        values.append(value)
+        batch.stamps.append(stamp)
+        if not plain:
+            batch.add_key_and_headers(len(values) - 1, key, headers)
         batch.size += size
         # RecordFuture.of(batch, index, timestamp_ms), inlined: a quarter of this path's cost
         # went to building the future. Keep in step with of().
         future = RecordFuture()
         future._batch = batch
-        future._delta = (len(records) >> 2) - 1
+        future._delta = len(values) - 1
         future._timestamp = stamp
         future._state = None
         future._asyncio_future_blocking = False

@@ -75,7 +75,7 @@ from kafkakit.producer.idempotence import (
 from kafkakit.producer.transactions import choose_version
 from kafkakit.protocol.build import make_request, millis
 from kafkakit.protocol.framing import ApiKey
-from kafkakit.records import encode_flat_batches
+from kafkakit.records import encode_queued_batches
 from kafkakit.structs import TopicPartition
 
 if TYPE_CHECKING:
@@ -398,11 +398,11 @@ class Sender:
             # Never coalesced: one batch whose sequence (and bytes) survive retries.
             (batch,) = group
             if batch.encoded is None:  # the first send: encoded with the producer fields in place
-                flats = [batch.records]
+                parts = [batch]
                 if batch.followers:
-                    flats += [f.records for f in batch.followers]
-                data = encode_flat_batches(
-                    flats,
+                    parts += batch.followers
+                data = encode_queued_batches(
+                    parts,
                     compression=self._acc.compression,
                     producer_id=identity.producer_id,
                     producer_epoch=identity.epoch,
@@ -418,9 +418,7 @@ class Sender:
             return data
         if len(group) == 1:
             return group[0].encode(self._acc.compression)
-        return encode_flat_batches(
-            [b.records for b in group], compression=self._acc.compression, stamps_per_ms=STAMPS_PER_MS
-        )
+        return encode_queued_batches(group, compression=self._acc.compression, stamps_per_ms=STAMPS_PER_MS)
 
     async def _send_request(
         self, node_id: int, conn: BrokerConnection, groups: list[tuple[PartitionQueue, list[ProducerBatch]]]

@@ -1,9 +1,8 @@
 """Records sections of uniform records built by numpy: the fast path of :mod:`.encoder`.
 
-The producer's accumulator holds ``key, value, timestamp, headers`` flat
-in one list per batch (no tuple per record for the garbage collector to
-track; its timestamps in nanoseconds, floored here through ``stamps_per_ms``),
-and the reference loop in :mod:`.encoder` spends about 0.6 us a
+The producer's accumulator holds each batch's values and timestamps in
+one list each (its timestamps in nanoseconds, floored here through
+``stamps_per_ms``), and the reference loop in :mod:`.encoder` spends about 0.6 us a
 record on them. The commonest shape, null keys, no headers, values of one
 length and timestamps at or after the batch's first (up to about 17 minutes),
 makes every record the same few bytes around its value::
@@ -34,7 +33,7 @@ import numpy as np
 
 from .varint import zigzag
 
-__all__ = ["MIN_RECORDS", "encode_uniform_columns", "encode_uniform_flat", "encode_uniform_records"]
+__all__ = ["MIN_RECORDS", "encode_uniform_columns", "encode_uniform_records", "encode_uniform_values"]
 
 #: Below this many records the numpy set-up costs more than the loop saves.
 MIN_RECORDS = 32
@@ -52,17 +51,6 @@ def encode_uniform_records(records: Sequence[Any]) -> tuple[bytes, int, int] | N
     columns = (list(map(getter, records)) for getter in (_keys, _values, _stamps, _headers))
     encoded = encode_uniform_columns(*columns)
     return None if encoded is None else (encoded[0].tobytes(), encoded[1], encoded[2])
-
-
-def encode_uniform_flat(
-    flat: list[Any], *, room: int = 0, stamps_per_ms: int = 1
-) -> tuple[memoryview, int, int] | None:
-    """:func:`encode_uniform_columns` for records stored flat (``key, value, timestamp, headers, key, ...``)."""
-    if len(flat) < 4 * MIN_RECORDS:
-        return None
-    return encode_uniform_columns(
-        flat[0::4], flat[1::4], flat[2::4], flat[3::4], room=room, stamps_per_ms=stamps_per_ms
-    )
 
 
 def encode_uniform_columns(
@@ -83,10 +71,17 @@ def encode_uniform_columns(
     megabyte a batch passes through costs its page faults, which on a VM took
     more time than the encoding itself.
     """
+    if len(values) < MIN_RECORDS or any(headers) or keys.count(None) != len(values):
+        return None
+    return encode_uniform_values(values, stamps, room=room, stamps_per_ms=stamps_per_ms)
+
+
+def encode_uniform_values(
+    values: list[Any], stamps: list[Any], *, room: int = 0, stamps_per_ms: int = 1
+) -> tuple[memoryview, int, int] | None:
+    """:func:`encode_uniform_columns` for records known to have null keys and no headers."""
     count = len(values)
     if count < MIN_RECORDS:
-        return None
-    if any(headers) or keys.count(None) != count:
         return None
     try:
         lengths = set(map(len, values))
