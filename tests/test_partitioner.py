@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
-from kafkakit.producer.partitioner import StickyPartitions, default_partitioner, murmur2, partition_for_key
+from kafkakit.producer import partitioner
+from kafkakit.producer.partitioner import (
+    StickyPartitions,
+    default_partitioner,
+    murmur2,
+    murmur2_reference,
+    partition_for_key,
+)
 
 # Apache Kafka's UtilsTest.testMurmur2 (clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java).
 JAVA_MURMUR2 = {
@@ -45,11 +52,34 @@ def test_partition_for_key_matches_java_builtin_partitioner(key: str, expected: 
     assert tuple(partition_for_key(key.encode(), n) for n in PARTITION_COUNTS) == expected
 
 
+@pytest.mark.parametrize(("data", "expected"), JAVA_MURMUR2.items())
+def test_python_murmur2_matches_java_utils_test(data: bytes, expected: int) -> None:
+    """The Python loop (used where the murmurhash2 package has no wheel) gives Java's values too."""
+    assert murmur2_reference(data) == expected
+
+
 @given(st.binary(max_size=200))
 def test_murmur2_matches_kafka_python(data: bytes) -> None:
     reference = kafka_python_murmur2(data)  # kafka-python returns the unsigned 32-bit value
     assert murmur2(data) & 0xFFFFFFFF == reference & 0xFFFFFFFF
+    assert murmur2_reference(data) == murmur2(data)
     assert -(2**31) <= murmur2(data) < 2**31
+
+
+def test_the_installed_murmur2_is_the_fast_one() -> None:
+    """murmurhash2 is a dependency: an install without it would place keys right, only 10x slower."""
+    from murmurhash2 import murmurhash2
+
+    assert partitioner.unsigned_murmur2 is murmurhash2
+
+
+def test_partitions_without_the_murmurhash2_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Python fallback places every key where Java does."""
+    monkeypatch.setattr(partitioner, "unsigned_murmur2", partitioner._murmur2_in_python)
+    for key, expected in JAVA_PARTITIONS.items():
+        assert tuple(partition_for_key(key.encode(), n) for n in PARTITION_COUNTS) == expected
+    with pytest.raises(ValueError, match="Kafka's seed"):
+        partitioner._murmur2_in_python(b"k", 0)
 
 
 def test_default_partitioner_uses_all_partitions_for_keys() -> None:
