@@ -13,6 +13,8 @@ import contextvars
 import pytest
 from kafkakit import Consumer, Producer, RecordMetadata, TopicPartition
 from kafkakit.errors import KafkaError
+from kafkakit.producer import producer as producer_module
+from kafkakit.producer.accumulator import FUTURES_REUSABLE, RecordFuture
 
 from tests.brokers import BrokerMinServer
 
@@ -182,3 +184,80 @@ async def test_gathering_a_large_batch_keeps_the_collector_on(producer: Producer
         assert not gc.isenabled() and more[-1].offset == 4999
     finally:
         gc.enable()
+
+
+class _CountedFuture(RecordFuture):
+    """RecordFuture that counts the futures send() creates (instead of reusing one)."""
+
+    __slots__ = ()
+    created = 0
+
+    def __new__(cls) -> _CountedFuture:
+        _CountedFuture.created += 1
+        return super().__new__(cls)
+
+
+@pytest.fixture
+def counted_futures(monkeypatch: pytest.MonkeyPatch) -> type[_CountedFuture]:
+    monkeypatch.setattr(producer_module, "RecordFuture", _CountedFuture)
+    _CountedFuture.created = 0
+    return _CountedFuture
+
+
+@pytest.mark.skipif(not FUTURES_REUSABLE, reason="this interpreter's reference counts cannot prove a future unused")
+async def test_send_reuses_a_future_only_when_nothing_holds_it(
+    producer: Producer, topic: str, counted_futures: type[_CountedFuture], broker_min: BrokerMinServer
+) -> None:
+    """send() reuses the future of the send before last when the application dropped it
+    (``last = await send(...)`` keeps one); futures it keeps, awaits, gathers or gave a
+    callback are never reused, and every one reports its own record."""
+    last = None
+    for i in range(1000):
+        last = await producer.send(topic, b"%d" % i, partition=0)
+    assert last is not None and (await last).offset == 999
+    assert counted_futures.created <= 3  # the first two sends, at most one more
+
+    counted_futures.created = 0
+    kept = [await producer.send(topic, b"k%d" % i, partition=0) for i in range(300)]
+    assert len({id(f) for f in kept}) == 300  # all alive, so all distinct objects
+    assert counted_futures.created >= 298  # only the futures of the last loop could be reused
+
+    reported: list[int] = []
+    called = await producer.send(topic, b"called", partition=0)
+    called.add_done_callback(lambda f: reported.append(f.result().offset))
+    del called  # only the batch's callback list holds it now
+    awaited = asyncio.ensure_future(producer.send_and_wait(topic, b"awaited", partition=0))
+    await asyncio.sleep(0)  # the task sends, then waits on its future (which only the task holds)
+    for i in range(50):
+        await producer.send(topic, b"after%d" % i, partition=0)
+    results = await asyncio.gather(*kept)
+    assert [r.offset for r in results] == list(range(1000, 1300))
+    assert (await awaited).offset == 1301
+    await producer.flush()
+    await asyncio.sleep(0)  # done callbacks run soon after the batch completes
+    assert reported == [1300]
+    got = await _values(broker_min, topic, 1352)
+    assert got[1300:1302] == [b"called", b"awaited"] and got[-1] == b"after49"
+
+
+async def test_send_creates_a_future_per_record_when_reuse_is_off(
+    topic: str, counted_futures: type[_CountedFuture], monkeypatch: pytest.MonkeyPatch, broker_min: BrokerMinServer
+) -> None:
+    """Without FUTURES_REUSABLE (CPython 3.14+, free-threaded or another interpreter) every send builds its own."""
+    monkeypatch.setattr(producer_module, "FUTURES_REUSABLE", False)
+    async with Producer(bootstrap_servers=broker_min.bootstrap_servers) as fresh:
+        for i in range(200):
+            await fresh.send(topic, b"%d" % i, partition=0)
+        last = await fresh.send(topic, b"last", partition=0)
+        assert (await last).offset == 200
+    assert counted_futures.created == 201
+
+
+async def _values(broker: BrokerMinServer, topic: str, count: int) -> list[bytes | None]:
+    async with Consumer(bootstrap_servers=broker.bootstrap_servers, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, 0)])
+        got: list[bytes | None] = []
+        while len(got) < count:
+            for records in (await consumer.getmany(timeout_ms=2000)).values():
+                got.extend(r.value for r in records)
+        return got

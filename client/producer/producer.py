@@ -25,6 +25,7 @@ import logging
 import ssl
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from itertools import repeat
+from sys import getrefcount as _getrefcount
 from time import time_ns as _time_ns
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -42,6 +43,7 @@ from kafkakit.metrics import Metrics, NetworkMetrics, metrics_enabled
 from kafkakit.net.security import OAuthTokenProvider, SecurityConfig
 from kafkakit.producer.accumulator import (
     BATCH_HEADER_SIZE,
+    FUTURES_REUSABLE,
     RECORD_MEMORY_OVERHEAD,
     RECORD_OVERHEAD,
     STAMPS_PER_MS,
@@ -261,6 +263,9 @@ class Producer:
         if self._metrics is not None:
             attach(self._sender, self._acc, ProducerMetrics(self._metrics, self._acc))
         self._topics: dict[str, _TopicState] = {}
+        # The futures of the last two send() calls, for reuse (see send()).
+        self._old_future: RecordFuture | None = None
+        self._older_future: RecordFuture | None = None
         self._sticky = StickyPartitions()
         # The largest record send() accepts (its estimated size in a batch).
         self._max_record_size = min(max_request_size, buffer_memory) - BATCH_HEADER_SIZE
@@ -450,7 +455,16 @@ class Producer:
         batch.size += size
         # RecordFuture.of(batch, index, timestamp_ms), inlined: a quarter of this path's cost
         # went to building the future. Keep in step with of().
-        future = RecordFuture()
+        # The future of the send before last is reused when nothing but this call holds it
+        # (the application dropped it, and no callback or waiter holds it): creating and
+        # freeing one cost 0.2 us of this path's 1.7. Two sends back, because the common
+        # ``last = await send(...)`` still holds the previous one.
+        future = self._older_future  # always None without FUTURES_REUSABLE
+        self._older_future = self._old_future
+        if future is None or _getrefcount(future) != 2:  # 2: this local and the call's argument
+            future = RecordFuture()
+        if FUTURES_REUSABLE:
+            self._old_future = future
         future._batch = batch
         future._delta = len(values) - 1
         future._timestamp = stamp
