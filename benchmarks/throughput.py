@@ -43,7 +43,11 @@ def _batching(linger: str, size: str) -> dict[str, int]:
 PRODUCERS = [
     "kafkakit", "kafkakit-bulk", "aiokafka", "kafka-python", "confluent",
     "kafkakit-gather", "aiokafka-gather", "kafka-python-gather", "confluent-gather",
+    "kafkakit-keyed", "confluent-keyed",
 ]  # fmt: skip
+#: "-keyed" producers send every record with its own key (``b"key-0000042"``, made before the
+#: clock starts) and let the client's partitioner place it: Java's murmur2 placement for both
+#: (librdkafka's default, consistent_random, hashes with CRC32 and would put keys elsewhere).
 #: "-gather" producers wait for every GATHER_CHUNK records' acknowledgements, as applications
 #: that keep the futures of send() and gather them do (asyncio.gather; .get() or flush() for the
 #: synchronous clients).
@@ -83,6 +87,27 @@ async def _produce_kafkakit(bootstrap: str, topic: str, n: int, size: int, codec
             await producer.flush()
             assert last is not None
             await last
+        return time.perf_counter() - start
+
+
+def _keys(n: int) -> list[bytes]:
+    return [b"key-%07d" % i for i in range(n)]
+
+
+async def _produce_kafkakit_keyed(bootstrap: str, topic: str, n: int, size: int, codec: str | None) -> float:
+    from kafkakit import Producer
+
+    value, keys = _payload(size), _keys(n)
+    async with Producer(bootstrap_servers=bootstrap, acks=1, compression_type=codec, **_batching("linger_ms", "max_batch_size")) as producer:
+        await producer.partitions_for(topic)
+        start = time.perf_counter()
+        send = producer.send
+        last = None
+        for key in keys:
+            last = await send(topic, value, key=key)
+        await producer.flush()
+        assert last is not None
+        await last
         return time.perf_counter() - start
 
 
@@ -175,11 +200,10 @@ def _produce_kafka_python(bootstrap: str, topic: str, n: int, size: int, codec: 
     return elapsed
 
 
-def _produce_confluent(bootstrap: str, topic: str, n: int, size: int, codec: str | None, flush_every: int = 0) -> float:
+def _confluent_producer(bootstrap: str, codec: str | None, **settings: str) -> Any:
     from confluent_kafka import Producer
 
-    value = _payload(size)
-    producer = Producer(
+    return Producer(
         {
             "bootstrap.servers": bootstrap,
             "acks": 1,
@@ -188,8 +212,14 @@ def _produce_confluent(bootstrap: str, topic: str, n: int, size: int, codec: str
             "queue.buffering.max.messages": 2_000_000,
             "queue.buffering.max.kbytes": 2_000_000,
             "enable.idempotence": False,
+            **settings,
         }
     )
+
+
+def _produce_confluent(bootstrap: str, topic: str, n: int, size: int, codec: str | None, flush_every: int = 0) -> float:
+    value = _payload(size)
+    producer = _confluent_producer(bootstrap, codec)
     producer.list_topics(topic, timeout=10)
     start = time.perf_counter()
     produce = producer.produce
@@ -204,6 +234,27 @@ def _produce_confluent(bootstrap: str, topic: str, n: int, size: int, codec: str
             poll(0)
         if flush_every and (i + 1) % flush_every == 0:
             producer.flush(60)  # wait for this chunk's delivery reports, as gathering futures does
+    remaining = producer.flush(60)
+    elapsed = time.perf_counter() - start
+    assert remaining == 0, f"{remaining} messages not delivered"
+    return elapsed
+
+
+def _produce_confluent_keyed(bootstrap: str, topic: str, n: int, size: int, codec: str | None) -> float:
+    value, keys = _payload(size), _keys(n)
+    producer = _confluent_producer(bootstrap, codec, partitioner="murmur2_random")  # Java's placement
+    producer.list_topics(topic, timeout=10)
+    start = time.perf_counter()
+    produce = producer.produce
+    poll = producer.poll
+    for i, key in enumerate(keys):
+        try:
+            produce(topic, value, key=key)
+        except BufferError:
+            poll(0.01)
+            produce(topic, value, key=key)
+        if i & 0xFFFF == 0:
+            poll(0)
     remaining = producer.flush(60)
     elapsed = time.perf_counter() - start
     assert remaining == 0, f"{remaining} messages not delivered"
@@ -354,6 +405,10 @@ def run_worker(spec: dict[str, object]) -> float:
             return _produce_kafka_python_gather(bootstrap, topic, n, size, codec)
         if client == "confluent-gather":
             return _produce_confluent(bootstrap, topic, n, size, codec, flush_every=GATHER_CHUNK)
+        if client == "kafkakit-keyed":
+            return asyncio.run(_produce_kafkakit_keyed(bootstrap, topic, n, size, codec))
+        if client == "confluent-keyed":
+            return _produce_confluent_keyed(bootstrap, topic, n, size, codec)
     else:
         if client == "kafkakit":
             return asyncio.run(_consume_kafkakit(bootstrap, topic, n))
@@ -457,6 +512,27 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
     return results
 
 
+#: (kafkakit variant, peer) pairs whose per-round ratios the report prints.
+ROUND_PAIRS = [
+    ("kafkakit", "aiokafka"), ("kafkakit", "confluent"), ("kafkakit-gather", "aiokafka-gather"),
+    ("kafkakit-keyed", "confluent-keyed"),
+]  # fmt: skip
+
+
+def _by_round(table: dict[str, Any], group: str) -> list[str]:
+    """Per-round ratios: rounds interleave the clients, so a round's ratio pairs runs made close together."""
+    lines = []
+    for mine, peer in ROUND_PAIRS:
+        ours, theirs = table.get(f"{group}/{mine}"), table.get(f"{group}/{peer}")
+        if ours and theirs:
+            per_round = [b / a for a, b in zip(ours["seconds"], theirs["seconds"], strict=True)]
+            lines.append(
+                f"\n{mine} / {peer} by round: {', '.join(f'{r:.2f}x' for r in per_round)}"
+                f" (median {statistics.median(per_round):.2f}x)"
+            )
+    return lines
+
+
 def report(results: dict[str, object], records: int, size: int) -> str:
     lines = []
     for role in ("produce", "consume"):
@@ -476,13 +552,7 @@ def report(results: dict[str, object], records: int, size: int) -> str:
             peaks = {c: statistics.median(table[f"{group}/{c}"]["peak_rss_mb"]) for c in peers if table[f"{group}/{c}"].get("peak_rss_mb")}  # type: ignore[arg-type]
             if peaks:
                 lines.append("\npeak RSS (MiB, median): " + ", ".join(f"{c} {mb:.0f}" for c, mb in peaks.items()))
-            ours, theirs = table.get(f"{group}/kafkakit"), table.get(f"{group}/aiokafka")
-            if ours and theirs:  # rounds interleave the clients: a round's ratio pairs runs made close together
-                per_round = [a / k for k, a in zip(ours["seconds"], theirs["seconds"], strict=True)]  # type: ignore[index]
-                lines.append(
-                    f"\nkafkakit / aiokafka by round: {', '.join(f'{r:.2f}x' for r in per_round)}"
-                    f" (median {statistics.median(per_round):.2f}x)"
-                )
+            lines += _by_round(table, group)
     # broker_min against Apache Kafka with the same client (confluent-kafka).
     for role in ("produce", "consume"):
         table = results[role]  # type: ignore[assignment]

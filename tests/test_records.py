@@ -643,17 +643,23 @@ from kafkakit.records.encoder import _encode_records, _encode_records_slowly  # 
     ),
     rising=st.booleans(),
     fill=st.binary(min_size=1, max_size=8),
+    key_length=st.sampled_from([None, None, 0, 1, 11, 64, 300]),
 )
 def test_uniform_encoder_matches_the_loop(
-    count: int, length: int, deltas: list[int], rising: bool, fill: bytes
+    count: int, length: int, deltas: list[int], rising: bool, fill: bytes, key_length: int | None
 ) -> None:
-    """Null keys, no headers, equal lengths: the numpy encoder must write the loop's bytes exactly
-    (offset deltas crossing the 1/2-byte varint widths at 64 and 8192, value lengths at 64, and
-    timestamp deltas of 1-3 varint bytes, rising as a clock's or in any order)."""
+    """No headers, equal value lengths, keys all null or all of one length: the numpy encoder must
+    write the loop's bytes exactly (offset deltas crossing the 1/2-byte varint widths at 64 and
+    8192, key and value lengths at 64, and timestamp deltas of 1-3 varint bytes, rising as a
+    clock's or in any order)."""
     if rising:
         deltas = sorted(deltas)
     stamps = [BASE_TS] + [BASE_TS + deltas[min(i, len(deltas) - 1) if rising else i % len(deltas)] for i in range(1, count)]
-    records = [(None, (fill * (length // len(fill) + 1))[:length], stamps[i], ()) for i in range(count)]
+
+    def key(i: int) -> bytes | None:  # distinct keys of one length
+        return None if key_length is None else (b"%d-" % i * key_length)[:key_length]
+
+    records = [(key(i), (fill * (length // len(fill) + 1))[:length], stamps[i], ()) for i in range(count)]
     fast = fastencode.encode_uniform_records(records)
     if fast is None:  # widths going up and down too often: the loop is as quick
         assert not rising and len(set(deltas)) > 1
@@ -678,7 +684,9 @@ def test_uniform_encoder_declines_other_records() -> None:
         [(None, b"abc", BASE_TS + (64 if i % 2 else 0), ()) for i in range(200)],  # 1-2-1-2... bytes: 200 runs
         [(None, b"abc", BASE_TS - (1 if i == 5 else 0), ()) for i in range(n)],  # a negative delta
         [(None, b"abc" * (1 + i % 2), BASE_TS, ()) for i in range(n)],  # lengths differ
-        [(b"k" if i == 3 else None, b"abc", BASE_TS, ()) for i in range(n)],  # a key
+        [(b"k" if i == 3 else None, b"abc", BASE_TS, ()) for i in range(n)],  # one key among null keys
+        [(None if i == 3 else b"k", b"abc", BASE_TS, ()) for i in range(n)],  # one null key among keys
+        [(b"k" * (1 + i % 2), b"abc", BASE_TS, ()) for i in range(n)],  # key lengths differ
         [(None, b"abc", BASE_TS, [("h", b"1")] if i == 3 else ()) for i in range(n)],  # headers
         [(None, None if i == 3 else b"abc", BASE_TS, ()) for i in range(n)],  # a null value
     ]
@@ -760,7 +768,7 @@ def test_queued_records_encode_as_tuple_batches(uniform: bool, codec: str, produ
         assert got == expected
     (_, header), = iter_batch_headers(got)
     assert verify_crc(got, 0, header) and header.producer_id == producer_id and header.is_transactional == transactional
-    torn = _Queued.of(records)
+    torn = _Queued.of(records)  # a timestamp short
     torn.stamps.pop()
     with pytest.raises(ValueError, match="values but"):
         encode_queued_batches([torn])
@@ -786,6 +794,33 @@ def test_several_queued_parts_encode_as_their_concatenation(uniform: bool, codec
     assert got == expected
     whole = encode_queued_batches([_Queued.of(records)], compression=codec, producer_id=7, producer_epoch=1, base_sequence=40)
     assert whole == expected
+
+
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+def test_keyed_queued_records_take_the_uniform_encoder(codec: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The producer's keyed batches (a key per record, keys of one length, no headers) are encoded
+    by numpy, across coalesced parts, with encode_batch's bytes; mixed keys go to the loop."""
+    from kafkakit.records import encode_queued_batches
+    from kafkakit.records import encoder as encoder_module
+
+    uniform_calls: list[bool] = []
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        result = fastencode.encode_uniform_values(*args, **kwargs)
+        uniform_calls.append(result is not None)
+        return result
+
+    monkeypatch.setattr(encoder_module, "encode_uniform_values", spy)
+    count = 4 * fastencode.MIN_RECORDS
+    records = [(b"user-%04d" % i, b"v%04d" % i, BASE_TS + i // 10, ()) for i in range(count)]
+    cut = count // 3
+    parts = [_Queued.of(records[:cut]), _Queued.of(records[cut:])]
+    expected = encode_batch(records, compression=codec)
+    assert encode_queued_batches(parts, compression=codec) == expected
+    assert uniform_calls == [True]
+    mixed = [(None if i % 5 == 0 else key, value, stamp, ()) for i, (key, value, stamp, _) in enumerate(records)]
+    assert encode_queued_batches([_Queued.of(mixed)], compression=codec) == encode_batch(mixed, compression=codec)
+    assert uniform_calls == [True]  # not offered to the uniform encoder at all
 
 
 def test_request_frames_keep_large_fields_as_chunks() -> None:

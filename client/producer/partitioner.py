@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 Partitioner = Callable[[bytes | None, Sequence[int], Sequence[int]], int]
 
 _M = 0x5BD1E995
-_SEED = 0x9747B28C
+#: The seed of Kafka's murmur2 (``Utils.murmur2``).
+KAFKA_MURMUR2_SEED = _SEED = 0x9747B28C
 _MASK = 0xFFFFFFFF
 
 

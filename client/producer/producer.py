@@ -41,6 +41,7 @@ from kafkakit.errors import (
 )
 from kafkakit.metrics import Metrics, NetworkMetrics, metrics_enabled
 from kafkakit.net.security import OAuthTokenProvider, SecurityConfig
+from kafkakit.producer import partitioner
 from kafkakit.producer.accumulator import (
     BATCH_HEADER_SIZE,
     FUTURES_REUSABLE,
@@ -54,7 +55,7 @@ from kafkakit.producer.accumulator import (
 from kafkakit.producer.bulk_input import BulkInput, bulk_input, cut_batches
 from kafkakit.producer.idempotence import ProducerIdentity
 from kafkakit.producer.instrumentation import ProducerMetrics, SendHook, attach, hooked_send
-from kafkakit.producer.partitioner import Partitioner, StickyPartitions, partition_for_key
+from kafkakit.producer.partitioner import KAFKA_MURMUR2_SEED, Partitioner, StickyPartitions, partition_for_key
 from kafkakit.producer.record_input import BULK_RECORD_OVERHEAD, as_bytes, check_headers, encode_bulk_chunk
 from kafkakit.producer.send_batch_result import SendBatchFuture, SendBatchResult
 from kafkakit.producer.sender import Sender
@@ -82,7 +83,7 @@ KEYS_REMEMBERED = 4096
 class _TopicState:
     """What the hot path needs about one topic, rebuilt after every metadata refresh."""
 
-    __slots__ = ("all_partitions", "available", "queues", "sticky", "by_key")
+    __slots__ = ("all_partitions", "available", "queues", "ordered_queues", "sticky", "by_key")
 
     def __init__(
         self, all_partitions: list[int], available: list[int], queues: dict[int, PartitionQueue]
@@ -90,6 +91,7 @@ class _TopicState:
         self.all_partitions = all_partitions
         self.available = available
         self.queues = queues
+        self.ordered_queues = [queues[p] for p in all_partitions]  # by index into all_partitions
         self.sticky = -1
         #: The queue of each recently sent key (the default partitioner): a dict lookup costs
         #: a tenth of hashing the key again, and most applications send many records per key.
@@ -97,7 +99,8 @@ class _TopicState:
 
     def queue_for_key(self, key: bytes) -> PartitionQueue:
         """The queue of ``key``'s partition (Java's murmur2 placement), remembered for its next record."""
-        pq = self.queues[self.all_partitions[partition_for_key(key, len(self.all_partitions))]]
+        ordered = self.ordered_queues  # partition_for_key, inlined: this runs for each new key
+        pq = ordered[(partitioner.unsigned_murmur2(key, KAFKA_MURMUR2_SEED) & 0x7FFFFFFF) % len(ordered)]
         by_key = self.by_key
         if len(by_key) >= KEYS_REMEMBERED:
             by_key.clear()  # cheaper than an LRU, and a key sent often is soon back
@@ -413,9 +416,8 @@ class Producer:
                 if batch is None or batch.size + size > self._max_batch_size:
                     pq = self._switch_sticky(topic, state)
             else:
-                try:
-                    pq = state.by_key[key]
-                except KeyError:
+                pq = state.by_key.get(key)  # not a subscript in a try: misses are common (unique keys)
+                if pq is None:
                     pq = state.queue_for_key(key)
         else:
             try:

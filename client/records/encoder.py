@@ -435,17 +435,15 @@ def encode_queued_batches(
     system and fault it in again for the batch bytes (2.2x the encoding time).
     """
     count = 0
-    plain = True
     for part in parts:
         if len(part.stamps) != len(part.values):
             raise ValueError(f"{len(part.values)} values but {len(part.stamps)} timestamps")
         count += len(part.values)
-        plain = plain and not part.keys and not part.headers
     if not count:
         raise ValueError("a record batch needs at least one record")
     codec = as_codec(compression)
     attributes = TRANSACTIONAL_MASK if transactional else 0
-    uniform = _encode_uniform_parts(parts, stamps_per_ms) if plain and count >= UNIFORM_MIN_RECORDS else None
+    uniform = _encode_uniform_parts(parts, stamps_per_ms) if count >= UNIFORM_MIN_RECORDS else None
     data: bytes | memoryview
     if uniform is None:
         data, base_ts, max_ts = _encode_records_slowly(_record_tuples(parts, stamps_per_ms))
@@ -482,7 +480,19 @@ def _to_ms(stamp: Any, stamps_per_ms: int) -> Any:
 
 
 def _encode_uniform_parts(parts: Sequence[QueuedRecords], stamps_per_ms: int) -> tuple[memoryview, int, int] | None:
-    """The uniform encoder (room for the header in front) over keyless, headerless parts, or None."""
+    """The uniform encoder (room for the header in front), or None: it takes records without
+    headers whose keys are all null or all present (of one length, which it checks)."""
+    if any(part.headers for part in parts):
+        return None
+    keyed = [len(part.keys or ()) for part in parts]
+    keys: list[Any] | None = None
+    if any(keyed):
+        if keyed != [len(part.values) for part in parts]:
+            return None  # some records have keys and some not
+        keys = []
+        for part in parts:
+            part_keys = part.keys or {}  # not empty: every record has a key
+            keys += map(part_keys.__getitem__, range(len(part.values)))
     if len(parts) == 1:
         values, stamps = parts[0].values, parts[0].stamps
     else:
@@ -490,7 +500,7 @@ def _encode_uniform_parts(parts: Sequence[QueuedRecords], stamps_per_ms: int) ->
         for part in parts:
             values += part.values
             stamps += part.stamps
-    return encode_uniform_values(values, stamps, room=HEADER_SIZE, stamps_per_ms=stamps_per_ms)
+    return encode_uniform_values(values, stamps, keys=keys, room=HEADER_SIZE, stamps_per_ms=stamps_per_ms)
 
 
 def _pack_header(

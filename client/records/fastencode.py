@@ -3,16 +3,18 @@
 The producer's accumulator holds each batch's values and timestamps in
 one list each (its timestamps in nanoseconds, floored here through
 ``stamps_per_ms``), and the reference loop in :mod:`.encoder` spends about 0.6 us a
-record on them. The commonest shape, null keys, no headers, values of one
-length and timestamps at or after the batch's first (up to about 17 minutes),
-makes every record the same few bytes around its value::
+record on them. The commonest shapes, no headers, values of one length,
+keys all null or all of one length, and timestamps at or after the batch's
+first (up to about 17 minutes), make every record the same few bytes around
+its key and value::
 
     length | 0 | timestampDelta | offsetDelta | 0x01 (null key) | valueLength | value | 0
+    length | 0 | timestampDelta | offsetDelta | keyLength | key | valueLength | value | 0
 
 where only the timestamp and offset deltas change. Each run of records whose
 timestamp and offset deltas have the same varint widths is a 2-D array of
-identical rows, filled column by column, and the values are copied in one
-``bytes.join`` and one array assignment, into a per-thread scratch buffer that
+identical rows, filled column by column, and the keys and values are copied
+in one ``bytes.join`` and one array assignment each, into a per-thread scratch buffer that
 the caller completes with the batch header. Anything else returns None and the
 caller runs the reference loop, which produces the same bytes (tests compare them).
 
@@ -32,6 +34,8 @@ from typing import Any
 import numpy as np
 
 from .varint import zigzag
+
+_NULL = b"\x01"  # zigzag(-1): a null key
 
 __all__ = ["MIN_RECORDS", "encode_uniform_columns", "encode_uniform_records", "encode_uniform_values"]
 
@@ -71,28 +75,43 @@ def encode_uniform_columns(
     megabyte a batch passes through costs its page faults, which on a VM took
     more time than the encoding itself.
     """
-    if len(values) < MIN_RECORDS or any(headers) or keys.count(None) != len(values):
+    if len(values) < MIN_RECORDS or any(headers):
         return None
-    return encode_uniform_values(values, stamps, room=room, stamps_per_ms=stamps_per_ms)
+    null_keys = keys.count(None)
+    if null_keys not in (0, len(values)):
+        return None
+    keyed = keys if null_keys == 0 else None
+    return encode_uniform_values(values, stamps, keys=keyed, room=room, stamps_per_ms=stamps_per_ms)
 
 
 def encode_uniform_values(
-    values: list[Any], stamps: list[Any], *, room: int = 0, stamps_per_ms: int = 1
+    values: list[Any],
+    stamps: list[Any],
+    *,
+    keys: list[Any] | None = None,
+    room: int = 0,
+    stamps_per_ms: int = 1,
 ) -> tuple[memoryview, int, int] | None:
-    """:func:`encode_uniform_columns` for records known to have null keys and no headers."""
+    """:func:`encode_uniform_columns` for records known to have no headers.
+
+    ``keys``: None when every key is null, else one key per record, all of one
+    length (keyed records: the key is one more fixed-width column of the rows).
+    """
     count = len(values)
     if count < MIN_RECORDS:
         return None
-    try:
-        lengths = set(map(len, values))
-        joined = b"".join(values)  # bytearray/memoryview values join as their bytes, as the loop encodes them
-    except TypeError:  # None, str, ...: the loop encodes or rejects them
+    segments: list[Any] = []  # what follows each record's deltas: constant bytes and per-record columns
+    if keys is None:
+        segments.append(_constant(_NULL))
+    else:
+        key_rows = _fixed_width_rows(keys, count)
+        if key_rows is None:
+            return None
+        segments += [_constant(zigzag(key_rows.shape[1])), key_rows]
+    value_rows = _fixed_width_rows(values, count)
+    if value_rows is None:
         return None
-    if len(lengths) != 1:
-        return None
-    (length,) = lengths
-    if len(joined) != count * length:  # memoryviews whose len() is not their size in bytes
-        return None
+    segments += [_constant(zigzag(value_rows.shape[1])), value_rows]
     # Finer stamps (the producer's nanoseconds) come from a caller that checked them: no guard.
     stamp_array = _int64_stamps(stamps, guarded=stamps_per_ms == 1)
     if stamp_array is None:
@@ -106,17 +125,36 @@ def encode_uniform_values(
     runs = _runs(deltas, count)
     if runs is None:
         return None
-    value_rows = np.frombuffer(joined, np.uint8).reshape(count, length)
-    value_prefix = np.frombuffer(b"\x01" + zigzag(length), np.uint8)
+    tail = sum(segment.shape[-1] for segment in segments)
     placed: list[tuple[int, int, int, int, int]] = []  # (first, stop, ts width, offset width, position)
     end = room
     for first, stop, ts_width, offset_width in runs:
         placed.append((first, stop, ts_width, offset_width, end))
-        end += (stop - first) * _row_size(ts_width + offset_width, len(value_prefix), length)
+        end += (stop - first) * _row_size(ts_width + offset_width, tail)
     buffer = _scratch(end)
     for first, stop, ts_width, offset_width, at in placed:
-        _run(buffer, at, first, stop, ts_width, offset_width, deltas[first:stop], value_prefix, value_rows[first:stop])
+        _run(buffer, at, first, stop, ts_width, offset_width, deltas[first:stop], segments)
     return buffer.data[:end], base, base + int(deltas.max())
+
+
+def _constant(data: bytes) -> Any:
+    """Bytes every record has at the same place, as a row segment."""
+    return np.frombuffer(data, np.uint8)
+
+
+def _fixed_width_rows(items: list[Any], count: int) -> Any:
+    """``items`` (bytes-like, all one length) as a count x length array, or None if they are not."""
+    try:
+        lengths = set(map(len, items))
+        joined = b"".join(items)  # bytearray/memoryview items join as their bytes, as the loop encodes them
+    except TypeError:  # None, str, ...: the loop encodes or rejects them
+        return None
+    if len(lengths) != 1:
+        return None
+    (length,) = lengths
+    if len(joined) != count * length:  # memoryviews whose len() is not their size in bytes
+        return None
+    return np.frombuffer(joined, np.uint8).reshape(count, length)
 
 
 def _int64_stamps(stamps: list[Any], *, guarded: bool = True) -> Any:
@@ -185,8 +223,8 @@ def _scratch(size: int) -> np.ndarray[Any, Any]:
     return buffer
 
 
-def _row_size(delta_bytes: int, prefix: int, length: int) -> int:
-    body = 2 + delta_bytes + prefix + length  # attributes, deltas, key+length, value, headers
+def _row_size(delta_bytes: int, tail: int) -> int:
+    body = 2 + delta_bytes + tail  # attributes, deltas, key and value with their lengths, header count
     return len(zigzag(body)) + body
 
 
@@ -205,12 +243,10 @@ def _run(
     ts_width: int,
     offset_width: int,
     deltas: Any,
-    value_prefix: Any,
-    values: Any,
+    segments: list[Any],
 ) -> None:
     """Write records ``first`` to ``stop`` - 1 (their deltas of the given varint widths) at ``buffer[at:]``."""
-    length = values.shape[1]
-    body = 2 + ts_width + offset_width + len(value_prefix) + length
+    body = 2 + ts_width + offset_width + sum(segment.shape[-1] for segment in segments)
     head = np.frombuffer(zigzag(body), np.uint8)
     row = len(head) + body
     rows = buffer[at : at + (stop - first) * row].reshape(stop - first, row)
@@ -222,7 +258,8 @@ def _run(
     at += ts_width
     _put_varints(rows, at, np.arange(first, stop, dtype=np.int64) * 2, offset_width)
     at += offset_width
-    rows[:, at : at + len(value_prefix)] = value_prefix
-    at += len(value_prefix)
-    rows[:, at : at + length] = values
+    for segment in segments:
+        width = segment.shape[-1]
+        rows[:, at : at + width] = segment if segment.ndim == 1 else segment[first:stop]
+        at += width
     rows[:, -1] = 0  # no headers
