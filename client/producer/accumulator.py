@@ -35,8 +35,9 @@ BatchResult = tuple[int, int, int]
 RECORD_OVERHEAD = 14
 #: What a record costs in memory beyond its wire size, charged to ``buffer_memory``: two
 #: list slots and the lists' spare capacity (about 20 B), the value's bytes-object header and
-#: allocator rounding (about 44 B) and the timestamp's int (32 B), rounded up. Without it,
-#: 100-byte records held twice their budget while a broker was stalled.
+#: allocator rounding (about 44 B) and the timestamp's int (32 B). That is about 96 B since
+#: batches hold columns; 112 B (the figure for the flat list before) errs on the safe side.
+#: Without it, 100-byte records held twice their budget while a broker was stalled.
 RECORD_MEMORY_OVERHEAD = 112
 #: Fixed size of a record batch header (magic v2).
 BATCH_HEADER_SIZE = 61
