@@ -50,6 +50,7 @@ from kafkakit.producer.accumulator import (
     STAMPS_PER_MS,
     Accumulator,
     PartitionQueue,
+    ProducerBatch,
     RecordFuture,
 )
 from kafkakit.producer.bulk_input import BulkInput, bulk_input, cut_batches
@@ -83,19 +84,26 @@ KEYS_REMEMBERED = 4096
 class _TopicState:
     """What the hot path needs about one topic, rebuilt after every metadata refresh."""
 
-    __slots__ = ("all_partitions", "available", "queues", "ordered_queues", "sticky", "by_key")
+    __slots__ = ("all_partitions", "available", "queues", "ordered_queues", "sticky", "sticky_queue", "by_key")
 
     def __init__(
-        self, all_partitions: list[int], available: list[int], queues: dict[int, PartitionQueue]
+        self, all_partitions: list[int], available: list[int], queues: dict[int, PartitionQueue], sticky: int
     ) -> None:
         self.all_partitions = all_partitions
         self.available = available
         self.queues = queues
         self.ordered_queues = [queues[p] for p in all_partitions]  # by index into all_partitions
-        self.sticky = -1
+        self.sticky = sticky  # the partition keyless records go to (KIP-480), and its queue
+        self.sticky_queue = queues[sticky]
         #: The queue of each recently sent key (the default partitioner): a dict lookup costs
         #: a tenth of hashing the key again, and most applications send many records per key.
         self.by_key: dict[bytes, PartitionQueue] = {}
+
+    def stick_to(self, partition: int) -> PartitionQueue:
+        """Send keyless records to ``partition`` from now on; returns its queue."""
+        self.sticky = partition
+        pq = self.sticky_queue = self.queues[partition]
+        return pq
 
     def queue_for_key(self, key: bytes) -> PartitionQueue:
         """The queue of ``key``'s partition (Java's murmur2 placement), remembered for its next record."""
@@ -406,19 +414,23 @@ class Producer:
         if state is None:
             state = await self._topic_state(topic)
         pq: PartitionQueue | None
+        batch: ProducerBatch | None  # set when already known to have room for this record
         if partition is None:
-            if self._partitioner is not None:
-                pq = state.queues[self._choose_partition(state, key)]
-            elif key is None:
+            if key is None and self._partitioner is None:
                 # KIP-480: stick to one partition until a record would open a new batch there.
-                pq = state.queues[state.sticky]
+                pq = state.sticky_queue
                 batch = pq.open
                 if batch is None or batch.size + size > self._max_batch_size:
                     pq = self._switch_sticky(topic, state)
-            else:
+                    batch = None
+            elif self._partitioner is None:
                 pq = state.by_key.get(key)  # not a subscript in a try: misses are common (unique keys)
                 if pq is None:
-                    pq = state.queue_for_key(key)
+                    pq = state.queue_for_key(key)  # type: ignore[arg-type]  # key is not None here
+                batch = None
+            else:
+                pq = state.queues[self._choose_partition(state, key)]
+                batch = None
         else:
             try:
                 pq = state.queues[partition]
@@ -426,6 +438,7 @@ class Producer:
                 pq = None
             if pq is None:
                 pq = await self._explicit_partition(topic, partition)
+            batch = None
         if timestamp_ms is None:
             stamp = _time_ns()  # nanoseconds: see STAMPS_PER_MS
         elif timestamp_ms.__class__ is int:
@@ -439,10 +452,12 @@ class Producer:
             acc.free = free
         else:
             await acc.reserve(size + RECORD_MEMORY_OVERHEAD)
+            batch = None  # the sender may have taken it meanwhile
         # Accumulator.append, inlined: this is the per-record hot path.
-        batch = pq.open
-        if batch is None or batch.size + size > self._max_batch_size:
-            batch = acc.new_batch(pq)
+        if batch is None:
+            batch = pq.open
+            if batch is None or batch.size + size > self._max_batch_size:
+                batch = acc.new_batch(pq)
         values = batch.values  # columns: see ProducerBatch.values
         values.append(value)
         batch.stamps.append(stamp)
@@ -490,7 +505,7 @@ class Producer:
     def _switch_sticky(self, topic: str, state: _TopicState) -> PartitionQueue:
         """Move ``topic``'s keyless records to a new sticky partition (its batch there is full or gone)."""
         if len(state.all_partitions) > 1:
-            state.sticky = self._sticky.next(topic, state.all_partitions, state.available, state.sticky)
+            return state.stick_to(self._sticky.next(topic, state.all_partitions, state.available, state.sticky))
         return state.queues[state.sticky]
 
     def _choose_partition(self, state: _TopicState, key: bytes | None) -> int:
@@ -519,9 +534,10 @@ class Producer:
         all_partitions = sorted(meta.partitions)
         available = [p for p in all_partitions if meta.partitions[p].leader >= 0]
         queues = {p: self._acc.queue(topic, p) for p in all_partitions}
-        state = _TopicState(all_partitions, available, queues)
         sticky = self._sticky.get(topic, all_partitions, available)
-        state.sticky = sticky if sticky in queues else self._sticky.next(topic, all_partitions, available)
+        if sticky not in queues:
+            sticky = self._sticky.next(topic, all_partitions, available)
+        state = _TopicState(all_partitions, available, queues, sticky)
         self._topics[topic] = state
         return state
 
@@ -814,5 +830,5 @@ class Producer:
 
     def _next_sticky_queue(self, topic: str, state: _TopicState) -> PartitionQueue:
         partition = self._sticky.next(topic, state.all_partitions, state.available, state.sticky)
-        state.sticky = partition
+        state.stick_to(partition)
         return state.queues[partition]
