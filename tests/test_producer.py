@@ -146,6 +146,20 @@ async def test_keyless_records_stick_to_one_partition_per_batch(broker: RunningB
     assert len(partitions) == 1  # KIP-480: one batch, one partition
 
 
+async def test_keyless_records_move_on_when_their_batch_is_full(broker: RunningBroker, topic: str) -> None:
+    """KIP-480: keyless records fill one partition's batch, then go on to another partition."""
+    await create_topic(broker.bootstrap_servers, topic, 4)
+    value = b"v" * 100  # 114 B a record: 8 fit in a 1,024-byte batch with its 61-byte header
+    async with producer_for(broker, max_batch_size=1024, linger_ms=50) as producer:
+        await producer.partitions_for(topic)
+        futures = [await producer.send(topic, value) for _ in range(200)]
+        partitions = [(await f).partition for f in futures]
+    runs = [len(list(run)) for _, run in itertools.groupby(partitions)]
+    assert all(run == 8 for run in runs[:-1]) and 1 <= runs[-1] <= 8, runs
+    assert len(set(partitions)) > 1
+    assert len(await consume(broker.bootstrap_servers, topic, 200, partitions=[0, 1, 2, 3])) == 200
+
+
 async def test_serializers(broker: RunningBroker, topic: str) -> None:
     async with producer_for(
         broker, key_serializer=str.encode, value_serializer=lambda v: repr(v).encode()
