@@ -41,7 +41,6 @@ from kafkakit.errors import (
 )
 from kafkakit.metrics import Metrics, NetworkMetrics, metrics_enabled
 from kafkakit.net.security import OAuthTokenProvider, SecurityConfig
-from kafkakit.producer import partitioner
 from kafkakit.producer.accumulator import (
     BATCH_HEADER_SIZE,
     FUTURES_REUSABLE,
@@ -56,7 +55,7 @@ from kafkakit.producer.accumulator import (
 from kafkakit.producer.bulk_input import BulkInput, bulk_input, cut_batches
 from kafkakit.producer.idempotence import ProducerIdentity
 from kafkakit.producer.instrumentation import ProducerMetrics, SendHook, attach, hooked_send
-from kafkakit.producer.partitioner import KAFKA_MURMUR2_SEED, Partitioner, StickyPartitions, partition_for_key
+from kafkakit.producer.partitioner import Partitioner, StickyPartitions, partition_for_key, unsigned_murmur2
 from kafkakit.producer.record_input import BULK_RECORD_OVERHEAD, as_bytes, check_headers, encode_bulk_chunk
 from kafkakit.producer.send_batch_result import SendBatchFuture, SendBatchResult
 from kafkakit.producer.sender import Sender
@@ -77,8 +76,9 @@ __all__ = ["Producer", "RecordFuture", "SendBatchFuture", "SendBatchResult", "Tr
 _REQUEST_OVERHEAD = 512
 
 
-#: Keys whose partition queue a topic remembers (see _TopicState.by_key).
-KEYS_REMEMBERED = 4096
+#: Keys whose partition queue a topic remembers (see _TopicState.by_key): about 1.5 MB for
+#: 16-byte keys, and hashing a new key in Python costs about 3.5 us.
+KEYS_REMEMBERED = 16384
 
 
 class _TopicState:
@@ -108,7 +108,7 @@ class _TopicState:
     def queue_for_key(self, key: bytes) -> PartitionQueue:
         """The queue of ``key``'s partition (Java's murmur2 placement), remembered for its next record."""
         ordered = self.ordered_queues  # partition_for_key, inlined: this runs for each new key
-        pq = ordered[(partitioner.unsigned_murmur2(key, KAFKA_MURMUR2_SEED) & 0x7FFFFFFF) % len(ordered)]
+        pq = ordered[(unsigned_murmur2(key) & 0x7FFFFFFF) % len(ordered)]
         by_key = self.by_key
         if len(by_key) >= KEYS_REMEMBERED:
             by_key.clear()  # cheaper than an LRU, and a key sent often is soon back
