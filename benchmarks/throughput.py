@@ -43,8 +43,10 @@ def _batching(linger: str, size: str) -> dict[str, int]:
 PRODUCERS = [
     "kafkakit", "kafkakit-bulk", "aiokafka", "kafka-python", "confluent",
     "kafkakit-gather", "aiokafka-gather", "kafka-python-gather", "confluent-gather",
-    "kafkakit-keyed", "confluent-keyed",
+    "kafkakit-keyed", "confluent-keyed", "kafkakit-sticky", "confluent-sticky",
 ]  # fmt: skip
+#: "-sticky" producers name no partition (``send(topic, value)``, the everyday default), so the
+#: client's partitioner picks one for keyless records (the topics have one partition).
 #: "-keyed" producers send every record with its own key (``b"key-0000042"``, made before the
 #: clock starts) and let the client's partitioner place it: Java's murmur2 placement for both
 #: (librdkafka's default, consistent_random, hashes with CRC32 and would put keys elsewhere).
@@ -65,7 +67,9 @@ def _payload(size: int) -> bytes:
     return (b"0123456789abcdef" * (size // 16 + 1))[:size]
 
 
-async def _produce_kafkakit(bootstrap: str, topic: str, n: int, size: int, codec: str | None, bulk: bool) -> float:
+async def _produce_kafkakit(
+    bootstrap: str, topic: str, n: int, size: int, codec: str | None, bulk: bool, sticky: bool = False
+) -> float:
     from kafkakit import Producer
 
     value = _payload(size)
@@ -82,8 +86,12 @@ async def _produce_kafkakit(bootstrap: str, topic: str, n: int, size: int, codec
         else:
             send = producer.send
             last = None
-            for _ in range(n):
-                last = await send(topic, value, partition=0)
+            if sticky:
+                for _ in range(n):
+                    last = await send(topic, value)
+            else:
+                for _ in range(n):
+                    last = await send(topic, value, partition=0)
             await producer.flush()
             assert last is not None
             await last
@@ -217,9 +225,13 @@ def _confluent_producer(bootstrap: str, codec: str | None, **settings: str) -> A
     )
 
 
-def _produce_confluent(bootstrap: str, topic: str, n: int, size: int, codec: str | None, flush_every: int = 0) -> float:
+def _produce_confluent(
+    bootstrap: str, topic: str, n: int, size: int, codec: str | None, flush_every: int = 0, sticky: bool = False
+) -> float:
     value = _payload(size)
     producer = _confluent_producer(bootstrap, codec)
+    if sticky:
+        return _produce_confluent_sticky(producer, topic, n, value)
     producer.list_topics(topic, timeout=10)
     start = time.perf_counter()
     produce = producer.produce
@@ -234,6 +246,25 @@ def _produce_confluent(bootstrap: str, topic: str, n: int, size: int, codec: str
             poll(0)
         if flush_every and (i + 1) % flush_every == 0:
             producer.flush(60)  # wait for this chunk's delivery reports, as gathering futures does
+    remaining = producer.flush(60)
+    elapsed = time.perf_counter() - start
+    assert remaining == 0, f"{remaining} messages not delivered"
+    return elapsed
+
+
+def _produce_confluent_sticky(producer: Any, topic: str, n: int, value: bytes) -> float:
+    producer.list_topics(topic, timeout=10)
+    start = time.perf_counter()
+    produce = producer.produce
+    poll = producer.poll
+    for i in range(n):
+        try:
+            produce(topic, value)
+        except BufferError:
+            poll(0.01)
+            produce(topic, value)
+        if i & 0xFFFF == 0:
+            poll(0)
     remaining = producer.flush(60)
     elapsed = time.perf_counter() - start
     assert remaining == 0, f"{remaining} messages not delivered"
@@ -405,6 +436,10 @@ def run_worker(spec: dict[str, object]) -> float:
             return _produce_kafka_python_gather(bootstrap, topic, n, size, codec)
         if client == "confluent-gather":
             return _produce_confluent(bootstrap, topic, n, size, codec, flush_every=GATHER_CHUNK)
+        if client == "kafkakit-sticky":
+            return asyncio.run(_produce_kafkakit(bootstrap, topic, n, size, codec, bulk=False, sticky=True))
+        if client == "confluent-sticky":
+            return _produce_confluent(bootstrap, topic, n, size, codec, sticky=True)
         if client == "kafkakit-keyed":
             return asyncio.run(_produce_kafkakit_keyed(bootstrap, topic, n, size, codec))
         if client == "confluent-keyed":
@@ -515,7 +550,7 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
 #: (kafkakit variant, peer) pairs whose per-round ratios the report prints.
 ROUND_PAIRS = [
     ("kafkakit", "aiokafka"), ("kafkakit", "confluent"), ("kafkakit-gather", "aiokafka-gather"),
-    ("kafkakit-keyed", "confluent-keyed"),
+    ("kafkakit-keyed", "confluent-keyed"), ("kafkakit-sticky", "confluent-sticky"),
 ]  # fmt: skip
 
 

@@ -21,9 +21,12 @@ def test_throughput_benchmark_smoke_run() -> None:
         timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    for role, clients in (("produce", ["kafkakit", "kafkakit-bulk", "aiokafka", "kafka-python", "confluent", "kafkakit-gather", "aiokafka-gather", "kafka-python-gather", "confluent-gather", "kafkakit-keyed", "confluent-keyed"]), ("consume", ["kafkakit", "aiokafka", "kafka-python", "confluent", "kafkakit-iter", "aiokafka-iter"])):
+    for role, clients in (("produce", ["kafkakit", "kafkakit-bulk", "aiokafka", "kafka-python", "confluent", "kafkakit-gather", "aiokafka-gather", "kafka-python-gather", "confluent-gather", "kafkakit-keyed", "confluent-keyed", "kafkakit-sticky", "confluent-sticky"]), ("consume", ["kafkakit", "aiokafka", "kafka-python", "confluent", "kafkakit-iter", "aiokafka-iter"])):
         for client in clients:
             assert f"{role:8s} broker_min/lz4/{client} " in result.stdout, f"{role} {client} missing:\n{result.stdout}"
     assert "| kafkakit-bulk |" in result.stdout
-    for pair in ("kafkakit / confluent", "kafkakit-gather / aiokafka-gather", "kafkakit-keyed / confluent-keyed"):
+    for pair in (
+        "kafkakit / confluent", "kafkakit-gather / aiokafka-gather", "kafkakit-keyed / confluent-keyed",
+        "kafkakit-sticky / confluent-sticky",
+    ):  # fmt: skip
         assert f"{pair} by round: " in result.stdout, pair
