@@ -230,62 +230,56 @@ def _produce_confluent(
 ) -> float:
     value = _payload(size)
     producer = _confluent_producer(bootstrap, codec)
-    if sticky:
-        return _produce_confluent_sticky(producer, topic, n, value)
-    producer.list_topics(topic, timeout=10)
-    start = time.perf_counter()
-    produce = producer.produce
-    poll = producer.poll
-    for i in range(n):
-        try:
-            produce(topic, value, partition=0)
-        except BufferError:
-            poll(0.01)
-            produce(topic, value, partition=0)
-        if i & 0xFFFF == 0:
-            poll(0)
-        if flush_every and (i + 1) % flush_every == 0:
-            producer.flush(60)  # wait for this chunk's delivery reports, as gathering futures does
-    remaining = producer.flush(60)
-    elapsed = time.perf_counter() - start
-    assert remaining == 0, f"{remaining} messages not delivered"
-    return elapsed
 
+    # topic and value are bound as defaults: locals in the loop, as before (not closure cells).
+    def to_partition_0(produce: Any, poll: Any, topic: str = topic, value: bytes = value) -> None:
+        for i in range(n):
+            try:
+                produce(topic, value, partition=0)
+            except BufferError:
+                poll(0.01)
+                produce(topic, value, partition=0)
+            if i & 0xFFFF == 0:
+                poll(0)
+            if flush_every and (i + 1) % flush_every == 0:
+                producer.flush(60)  # wait for this chunk's delivery reports, as gathering futures does
 
-def _produce_confluent_sticky(producer: Any, topic: str, n: int, value: bytes) -> float:
-    producer.list_topics(topic, timeout=10)
-    start = time.perf_counter()
-    produce = producer.produce
-    poll = producer.poll
-    for i in range(n):
-        try:
-            produce(topic, value)
-        except BufferError:
-            poll(0.01)
-            produce(topic, value)
-        if i & 0xFFFF == 0:
-            poll(0)
-    remaining = producer.flush(60)
-    elapsed = time.perf_counter() - start
-    assert remaining == 0, f"{remaining} messages not delivered"
-    return elapsed
+    def unplaced(produce: Any, poll: Any, topic: str = topic, value: bytes = value) -> None:  # the partitioner chooses
+        for i in range(n):
+            try:
+                produce(topic, value)
+            except BufferError:
+                poll(0.01)
+                produce(topic, value)
+            if i & 0xFFFF == 0:
+                poll(0)
+
+    return _timed_confluent(producer, topic, unplaced if sticky else to_partition_0)
 
 
 def _produce_confluent_keyed(bootstrap: str, topic: str, n: int, size: int, codec: str | None) -> float:
     value, keys = _payload(size), _keys(n)
     producer = _confluent_producer(bootstrap, codec, partitioner="murmur2_random")  # Java's placement
+
+    def keyed(produce: Any, poll: Any, topic: str = topic, value: bytes = value) -> None:
+        for i, key in enumerate(keys):
+            try:
+                produce(topic, value, key=key)
+            except BufferError:
+                poll(0.01)
+                produce(topic, value, key=key)
+            if i & 0xFFFF == 0:
+                poll(0)
+
+    return _timed_confluent(producer, topic, keyed)
+
+
+def _timed_confluent(producer: Any, topic: str, loop: Any) -> float:
+    """Seconds for ``loop(produce, poll)`` and the flush after it. Each loop calls ``produce()``
+    with its own arguments written out: a shared loop would add a call to each record."""
     producer.list_topics(topic, timeout=10)
     start = time.perf_counter()
-    produce = producer.produce
-    poll = producer.poll
-    for i, key in enumerate(keys):
-        try:
-            produce(topic, value, key=key)
-        except BufferError:
-            poll(0.01)
-            produce(topic, value, key=key)
-        if i & 0xFFFF == 0:
-            poll(0)
+    loop(producer.produce, producer.poll)
     remaining = producer.flush(60)
     elapsed = time.perf_counter() - start
     assert remaining == 0, f"{remaining} messages not delivered"
