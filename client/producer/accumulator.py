@@ -370,6 +370,13 @@ class RecordFuture:
         return f"<RecordFuture {self._batch.tp.topic}-{self._batch.tp.partition} delta={self._delta} {state}>"
 
 
+def _memory_held(batch: ProducerBatch) -> int:
+    """The buffer memory ``batch`` holds until it completes (read it before ``_recycle`` empties the batch)."""
+    if batch.reserved < 0:  # record batches: wire bytes plus each record's memory overhead
+        return batch.size - BATCH_HEADER_SIZE + len(batch.values) * RECORD_MEMORY_OVERHEAD
+    return batch.reserved  # a pre-encoded bulk batch: what its caller took
+
+
 class PartitionQueue:
     """The batches of one partition waiting to be sent, oldest first."""
 
@@ -669,12 +676,7 @@ class Accumulator:
                 continue
             if batch in incomplete:  # _finish, without its release
                 incomplete.discard(batch)
-                if batch.reserved < 0:
-                    held += (
-                        batch.size - BATCH_HEADER_SIZE + (len(batch.values)) * RECORD_MEMORY_OVERHEAD
-                    )
-                else:
-                    held += batch.reserved
+                held += _memory_held(batch)
                 self._recycle(batch)
             future = batch.future
             if not future.done():
@@ -700,10 +702,7 @@ class Accumulator:
     def _finish(self, batch: ProducerBatch) -> None:
         if batch in self._incomplete:
             self._incomplete.discard(batch)
-            if batch.reserved < 0:  # record batches: wire bytes plus each record's memory overhead
-                held = batch.size - BATCH_HEADER_SIZE + (len(batch.values)) * RECORD_MEMORY_OVERHEAD
-            else:
-                held = batch.reserved
+            held = _memory_held(batch)
             self._recycle(batch)
             self.release(held)
 

@@ -55,7 +55,7 @@ from kafkakit.producer.accumulator import (
 from kafkakit.producer.bulk_input import BulkInput, bulk_input, cut_batches
 from kafkakit.producer.idempotence import ProducerIdentity
 from kafkakit.producer.instrumentation import ProducerMetrics, SendHook, attach, hooked_send
-from kafkakit.producer.partitioner import Partitioner, StickyPartitions, partition_for_key, unsigned_murmur2
+from kafkakit.producer.partitioner import Partitioner, StickyPartitions, partition_for_key
 from kafkakit.producer.record_input import BULK_RECORD_OVERHEAD, as_bytes, check_headers, encode_bulk_chunk
 from kafkakit.producer.send_batch_result import SendBatchFuture, SendBatchResult
 from kafkakit.producer.sender import Sender
@@ -107,8 +107,8 @@ class _TopicState:
 
     def queue_for_key(self, key: bytes) -> PartitionQueue:
         """The queue of ``key``'s partition (Java's murmur2 placement), remembered for its next record."""
-        ordered = self.ordered_queues  # partition_for_key, inlined: this runs for each new key
-        pq = ordered[(unsigned_murmur2(key) & 0x7FFFFFFF) % len(ordered)]
+        ordered = self.ordered_queues
+        pq = ordered[partition_for_key(key, len(ordered))]
         by_key = self.by_key
         if len(by_key) >= KEYS_REMEMBERED:
             by_key.clear()  # cheaper than an LRU, and a key sent often is soon back
@@ -506,7 +506,7 @@ class Producer:
         """Move ``topic``'s keyless records to a new sticky partition (its batch there is full or gone)."""
         if len(state.all_partitions) > 1:
             return state.stick_to(self._sticky.next(topic, state.all_partitions, state.available, state.sticky))
-        return state.queues[state.sticky]
+        return state.sticky_queue
 
     def _choose_partition(self, state: _TopicState, key: bytes | None) -> int:
         """The partition of a keyed record, or the user partitioner's choice (which must be one of the topic's)."""
@@ -829,6 +829,4 @@ class Producer:
             result.add(batch, index)
 
     def _next_sticky_queue(self, topic: str, state: _TopicState) -> PartitionQueue:
-        partition = self._sticky.next(topic, state.all_partitions, state.available, state.sticky)
-        state.stick_to(partition)
-        return state.queues[partition]
+        return state.stick_to(self._sticky.next(topic, state.all_partitions, state.available, state.sticky))
