@@ -100,18 +100,19 @@ def encode_uniform_values(
     count = len(values)
     if count < MIN_RECORDS:
         return None
-    segments: list[Any] = []  # what follows each record's deltas: constant bytes and per-record columns
+    value_rows = _fixed_width_rows(values, count)
+    if value_rows is None:
+        return None
+    value_length = zigzag(value_rows.shape[1])
+    # What follows each record's deltas: constant bytes and per-record columns (adjacent
+    # constants are one segment: each segment is one pass over the rows).
     if keys is None:
-        segments.append(_constant(_NULL))
+        segments = [_constant(_NULL + value_length), value_rows]
     else:
         key_rows = _fixed_width_rows(keys, count)
         if key_rows is None:
             return None
-        segments += [_constant(zigzag(key_rows.shape[1])), key_rows]
-    value_rows = _fixed_width_rows(values, count)
-    if value_rows is None:
-        return None
-    segments += [_constant(zigzag(value_rows.shape[1])), value_rows]
+        segments = [_constant(zigzag(key_rows.shape[1])), key_rows, _constant(value_length), value_rows]
     # Finer stamps (the producer's nanoseconds) come from a caller that checked them: no guard.
     stamp_array = _int64_stamps(stamps, guarded=stamps_per_ms == 1)
     if stamp_array is None:
@@ -133,7 +134,7 @@ def encode_uniform_values(
         end += (stop - first) * _row_size(ts_width + offset_width, tail)
     buffer = _scratch(end)
     for first, stop, ts_width, offset_width, at in placed:
-        _run(buffer, at, first, stop, ts_width, offset_width, deltas[first:stop], segments)
+        _run(buffer, at, first, stop, ts_width, offset_width, deltas[first:stop], segments, tail)
     return buffer.data[:end], base, base + int(deltas.max())
 
 
@@ -244,9 +245,13 @@ def _run(
     offset_width: int,
     deltas: Any,
     segments: list[Any],
+    tail: int,
 ) -> None:
-    """Write records ``first`` to ``stop`` - 1 (their deltas of the given varint widths) at ``buffer[at:]``."""
-    body = 2 + ts_width + offset_width + sum(segment.shape[-1] for segment in segments)
+    """Write records ``first`` to ``stop`` - 1 (their deltas of the given varint widths) at ``buffer[at:]``.
+
+    ``tail``: the bytes of ``segments`` in a row (the caller sized the rows with it).
+    """
+    body = 2 + ts_width + offset_width + tail
     head = np.frombuffer(zigzag(body), np.uint8)
     row = len(head) + body
     rows = buffer[at : at + (stop - first) * row].reshape(stop - first, row)
