@@ -67,16 +67,17 @@ def _payload(size: int) -> bytes:
     return (b"0123456789abcdef" * (size // 16 + 1))[:size]
 
 
-async def _produce_kafkakit(
-    bootstrap: str, topic: str, n: int, size: int, codec: str | None, bulk: bool, sticky: bool = False
-) -> float:
+async def _produce_kafkakit(bootstrap: str, topic: str, n: int, size: int, codec: str | None, shape: str) -> float:
+    """kafkakit's producer; ``shape``: "partition" (``partition=0``), "sticky" (none named),
+    "keyed" (a key per record) or "bulk" (``send_batch``)."""
     from kafkakit import Producer
 
     value = _payload(size)
+    keys = _keys(n) if shape == "keyed" else []
     async with Producer(bootstrap_servers=bootstrap, acks=1, compression_type=codec, **_batching("linger_ms", "max_batch_size")) as producer:
         await producer.partitions_for(topic)
         start = time.perf_counter()
-        if bulk:
+        if shape == "bulk":
             chunk = 10000
             values = [value] * chunk
             futures = []
@@ -86,7 +87,10 @@ async def _produce_kafkakit(
         else:
             send = producer.send
             last = None
-            if sticky:
+            if shape == "keyed":
+                for key in keys:
+                    last = await send(topic, value, key=key)
+            elif shape == "sticky":
                 for _ in range(n):
                     last = await send(topic, value)
             else:
@@ -100,23 +104,6 @@ async def _produce_kafkakit(
 
 def _keys(n: int) -> list[bytes]:
     return [b"key-%07d" % i for i in range(n)]
-
-
-async def _produce_kafkakit_keyed(bootstrap: str, topic: str, n: int, size: int, codec: str | None) -> float:
-    from kafkakit import Producer
-
-    value, keys = _payload(size), _keys(n)
-    async with Producer(bootstrap_servers=bootstrap, acks=1, compression_type=codec, **_batching("linger_ms", "max_batch_size")) as producer:
-        await producer.partitions_for(topic)
-        start = time.perf_counter()
-        send = producer.send
-        last = None
-        for key in keys:
-            last = await send(topic, value, key=key)
-        await producer.flush()
-        assert last is not None
-        await last
-        return time.perf_counter() - start
 
 
 async def _produce_gathering(producer: Any, topic: str, n: int, value: bytes) -> float:
@@ -415,7 +402,8 @@ def run_worker(spec: dict[str, object]) -> float:
     codec = None if codec in (None, "none") else str(codec)
     if role == "produce":
         if client in ("kafkakit", "kafkakit-bulk"):
-            return asyncio.run(_produce_kafkakit(bootstrap, topic, n, size, codec, client == "kafkakit-bulk"))
+            shape = "bulk" if client == "kafkakit-bulk" else "partition"
+            return asyncio.run(_produce_kafkakit(bootstrap, topic, n, size, codec, shape))
         if client == "aiokafka":
             return asyncio.run(_produce_aiokafka(bootstrap, topic, n, size, codec))
         if client == "kafka-python":
@@ -431,11 +419,11 @@ def run_worker(spec: dict[str, object]) -> float:
         if client == "confluent-gather":
             return _produce_confluent(bootstrap, topic, n, size, codec, flush_every=GATHER_CHUNK)
         if client == "kafkakit-sticky":
-            return asyncio.run(_produce_kafkakit(bootstrap, topic, n, size, codec, bulk=False, sticky=True))
+            return asyncio.run(_produce_kafkakit(bootstrap, topic, n, size, codec, "sticky"))
         if client == "confluent-sticky":
             return _produce_confluent(bootstrap, topic, n, size, codec, sticky=True)
         if client == "kafkakit-keyed":
-            return asyncio.run(_produce_kafkakit_keyed(bootstrap, topic, n, size, codec))
+            return asyncio.run(_produce_kafkakit(bootstrap, topic, n, size, codec, "keyed"))
         if client == "confluent-keyed":
             return _produce_confluent_keyed(bootstrap, topic, n, size, codec)
     else:
