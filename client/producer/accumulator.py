@@ -39,9 +39,6 @@ RECORD_OVERHEAD = 14
 #: batches hold columns; 112 B (the figure for the flat list before) errs on the safe side.
 #: Without it, 100-byte records held twice their budget while a broker was stalled.
 RECORD_MEMORY_OVERHEAD = 112
-#: The memory of the smallest record (RECORD_OVERHEAD bytes on the wire): records take at most
-#: this much memory per RECORD_OVERHEAD bytes of batch.
-_SMALLEST_RECORD_MEMORY = RECORD_OVERHEAD + RECORD_MEMORY_OVERHEAD
 #: Fixed size of a record batch header (magic v2).
 BATCH_HEADER_SIZE = 61
 #: Record timestamps are kept in nanoseconds (``time.time_ns()`` as read) in the batches'
@@ -69,7 +66,6 @@ class ProducerBatch:
         "encoded",
         "record_count",
         "size",
-        "limit",
         "created",
         "future",
         "seq",
@@ -103,10 +99,7 @@ class ProducerBatch:
         self.headers: dict[int, Sequence[Header]] | None = None
         self.encoded: bytes | None = None
         self.record_count = 0  # set when the batch leaves its queue (the hot path only appends)
-        self.size = BATCH_HEADER_SIZE  # on the wire (records estimated: RECORD_OVERHEAD each)
-        # send() adds records with no other check while ``size`` stays within ``limit``:
-        # within max_batch_size and the buffer memory the batch took (see Accumulator.room).
-        self.limit = -1
+        self.size = BATCH_HEADER_SIZE
         self.created = created
         self.future = future
         self.seq = seq
@@ -114,7 +107,7 @@ class ProducerBatch:
         self.retry_at = 0.0
         self.last_error: BaseException | None = None
         self.timestamp = -1  # the one timestamp of a pre-encoded bulk batch
-        self.reserved = 0  # buffer memory it took, given back when it completes
+        self.reserved = -1  # buffer memory held; -1: size minus the header (record batches)
         self.solo = False  # never coalesce with neighbours (the broker found a coalesced batch too large)
         self.base_sequence = -1  # idempotence: assigned when first drained, kept across retries
         # Idempotence: batches sent inside this one's record batch (merged at first drain and
@@ -122,11 +115,6 @@ class ProducerBatch:
         self.followers: list[ProducerBatch] | None = None
         # Record futures with callbacks; one callback on ``future`` fans out to them all.
         self.waiters: list[RecordFuture] | None = None
-
-    @property
-    def memory(self) -> int:
-        """The buffer memory its records use: their wire size plus RECORD_MEMORY_OVERHEAD each."""
-        return self.size - BATCH_HEADER_SIZE + len(self.values) * RECORD_MEMORY_OVERHEAD
 
     def __repr__(self) -> str:
         return f"<ProducerBatch {self.tp.topic}-{self.tp.partition} #{self.seq} records={self.record_count} size={self.size}>"
@@ -382,6 +370,13 @@ class RecordFuture:
         return f"<RecordFuture {self._batch.tp.topic}-{self._batch.tp.partition} delta={self._delta} {state}>"
 
 
+def _memory_held(batch: ProducerBatch) -> int:
+    """The buffer memory ``batch`` holds until it completes (read it before ``_recycle`` empties the batch)."""
+    if batch.reserved < 0:  # record batches: wire bytes plus each record's memory overhead
+        return batch.size - BATCH_HEADER_SIZE + len(batch.values) * RECORD_MEMORY_OVERHEAD
+    return batch.reserved  # a pre-encoded bulk batch: what its caller took
+
+
 class PartitionQueue:
     """The batches of one partition waiting to be sent, oldest first."""
 
@@ -451,8 +446,7 @@ class Accumulator:
         return pq
 
     def new_batch(self, pq: PartitionQueue) -> ProducerBatch:
-        """Close ``pq``'s open batch (if any) and open a fresh one (with no memory yet: see :meth:`room`)."""
-        self.close_open(pq)
+        """Close ``pq``'s open batch (if any) and open a fresh one."""
         spare = self._spare_lists
         batch = ProducerBatch(
             pq.tp,
@@ -471,62 +465,6 @@ class Accumulator:
         self.wake_sender()
         return batch
 
-    def close_open(self, pq: PartitionQueue) -> None:
-        """Stop ``pq``'s open batch taking records, and give back the memory it took and does not use."""
-        batch = pq.open
-        if batch is not None:
-            pq.open = None
-            batch.limit = -1
-            unused = batch.reserved - batch.memory
-            if unused > 0:
-                batch.reserved -= unused
-                self.release(unused)
-
-    def room(self, pq: PartitionQueue, size: int, granted: int = 0) -> ProducerBatch | None:
-        """The batch of ``pq`` that takes a record of ``size``, with the record's buffer memory taken.
-
-        Opens a new batch when the record would take the open one past
-        ``max_batch_size`` (an oversized record gets a batch of its own). Returns
-        None, changing nothing, when the memory is not free or sends already wait
-        for it: then :meth:`reserve` ``size + RECORD_MEMORY_OVERHEAD`` and call
-        again with it ``granted``.
-
-        ``Producer.send`` appends the record and adds its size to the batch's. While
-        that stays within the batch's ``limit``, it adds the next records without
-        calling here: a batch takes memory for the rest of the batch at once (its
-        worst case, records of RECORD_OVERHEAD bytes, up to a 128th of the free
-        memory) rather than per record, and gives back what it did not use when it
-        closes.
-        """
-        batch = pq.open
-        full = batch is None or self.overfills(batch, size)
-        charge = size + RECORD_MEMORY_OVERHEAD
-        need = (charge if full else batch.memory + charge - batch.reserved) - granted  # type: ignore[union-attr]
-        if (not granted and self.room_waiters) or (need > 0 and self.free < need):
-            return None  # while sends wait for memory, later ones wait behind them
-        if full:
-            batch = self.new_batch(pq)
-        assert batch is not None
-        batch.reserved += granted
-        size_after = batch.size + size
-        wire_room = self.max_batch_size - size_after
-        if need > 0:
-            worst = -(-max(wire_room, 0) * _SMALLEST_RECORD_MEMORY // RECORD_OVERHEAD)  # rounded up
-            take = max(need, min(need + worst, self.free >> 7))
-            self.free -= take
-            batch.reserved += take
-        if self.room_waiters:
-            batch.limit = -1  # every send calls here (and waits its turn) while some wait
-        else:
-            # A record's memory is at most _SMALLEST_RECORD_MEMORY / RECORD_OVERHEAD times its size.
-            spare = batch.reserved - (batch.memory + charge)
-            batch.limit = min(self.max_batch_size, size_after + spare * RECORD_OVERHEAD // _SMALLEST_RECORD_MEMORY)
-        return batch
-
-    def overfills(self, batch: ProducerBatch, size: int) -> bool:
-        """Whether a record of ``size`` would take ``batch`` past ``max_batch_size`` (an empty batch takes any)."""
-        return batch.size + size > self.max_batch_size and bool(batch.values)
-
     def append(
         self,
         pq: PartitionQueue,
@@ -536,14 +474,14 @@ class Accumulator:
         headers: Any,
         size: int,
     ) -> RecordFuture:
-        """Append one record to ``pq``, taking its buffer memory (``size + RECORD_MEMORY_OVERHEAD``).
+        """Append one record (``size + RECORD_MEMORY_OVERHEAD`` of buffer memory already reserved) to ``pq``'s open batch.
 
-        Raises BufferError when that memory is not free (``Producer.send`` waits
-        instead; it inlines this for speed: keep the two in step).
+        ``Producer.send`` inlines this for speed; keep the two in step.  An open
+        batch always holds a record, so an oversized record opens a batch of its own.
         """
-        batch = self.room(pq, size)
-        if batch is None:
-            raise BufferError(f"{size + RECORD_MEMORY_OVERHEAD} bytes of buffer memory are not free")
+        batch = pq.open
+        if batch is None or batch.size + size > self.max_batch_size:
+            batch = self.new_batch(pq)
         values = batch.values
         values.append(value)
         batch.stamps.append(timestamp * STAMPS_PER_MS)
@@ -559,7 +497,7 @@ class Accumulator:
 
         ``reserved`` is the buffer memory the caller took for it, given back on completion.
         """
-        self.close_open(pq)  # records sent later must not jump ahead of this batch
+        pq.open = None  # records sent later must not jump ahead of this batch
         batch = ProducerBatch(
             pq.tp, pq.next_seq, time.monotonic(), asyncio.get_running_loop().create_future()
         )
@@ -669,7 +607,7 @@ class Accumulator:
         """Remove ``pq``'s head batch for sending."""
         batch = pq.batches.popleft()
         if batch is pq.open:
-            self.close_open(pq)
+            pq.open = None
         if batch.encoded is None:
             batch.record_count = len(batch.values)
         pq.in_flight += 1
@@ -679,7 +617,7 @@ class Accumulator:
         """Remove ``pq``'s head batch to ride inside the batch just taken (not counted in flight)."""
         batch = pq.batches.popleft()
         if batch is pq.open:
-            self.close_open(pq)
+            pq.open = None
         batch.record_count = len(batch.values)
         return batch
 
@@ -738,7 +676,7 @@ class Accumulator:
                 continue
             if batch in incomplete:  # _finish, without its release
                 incomplete.discard(batch)
-                held += batch.reserved
+                held += _memory_held(batch)
                 self._recycle(batch)
             future = batch.future
             if not future.done():
@@ -764,7 +702,7 @@ class Accumulator:
     def _finish(self, batch: ProducerBatch) -> None:
         if batch in self._incomplete:
             self._incomplete.discard(batch)
-            held = batch.reserved
+            held = _memory_held(batch)
             self._recycle(batch)
             self.release(held)
 
@@ -791,7 +729,7 @@ class Accumulator:
             batch = batches.popleft()
             sequenced = sequenced or batch.base_sequence >= 0
             if batch is pq.open:
-                self.close_open(pq)
+                pq.open = None
             if batch.encoded is None:
                 batch.record_count = len(batch.values)
             reason = f" (last error: {batch.last_error})" if batch.last_error is not None else ""
@@ -818,13 +756,13 @@ class Accumulator:
             for pq in by_partition.values():
                 if where is not None and not where(pq):
                     continue
-                self.close_open(pq)
                 while pq.batches:
                     batch = pq.batches.popleft()
                     sequenced = sequenced or batch.base_sequence >= 0
                     if batch.encoded is None:
                         batch.record_count = len(batch.values)
                     self.fail(None, batch, error)
+                pq.open = None
         return sequenced
 
     def reset_sequences(self) -> None:
@@ -847,9 +785,9 @@ class Accumulator:
         """Fail every batch still queued (used when the producer is closed without flushing)."""
         for by_partition in self.queues.values():
             for pq in by_partition.values():
-                self.close_open(pq)
                 while pq.batches:
                     self.fail(None, pq.batches.popleft(), error)
+                pq.open = None
         for batch in list(self._incomplete):
             self.fail(None, batch, error)
         self.fail_waiters(error)

@@ -420,9 +420,8 @@ class Producer:
                 # KIP-480: stick to one partition until a record would open a new batch there.
                 pq = state.sticky_queue
                 batch = pq.open
-                if batch is None or batch.size + size > batch.limit:
-                    if batch is None or self._acc.overfills(batch, size):
-                        pq = self._switch_sticky(topic, state)
+                if batch is None or batch.size + size > self._max_batch_size:
+                    pq = self._switch_sticky(topic, state)
                     batch = None
             elif self._partitioner is None:
                 pq = state.by_key.get(key)  # not a subscript in a try: misses are common (unique keys)
@@ -446,13 +445,19 @@ class Producer:
             stamp = timestamp_ms * STAMPS_PER_MS
         else:
             raise TypeError(f"timestamp_ms must be an int (milliseconds), not {type(timestamp_ms).__name__}")
-        # Accumulator.append, inlined: this is the per-record hot path. A batch takes buffer
-        # memory ahead for its records (Accumulator.room), so a record within the batch's
-        # limit costs one comparison and one addition for both memory and batch size.
+        acc = self._acc
+        # Accumulator.reserve's fast path, inlined; released per record when the batch completes.
+        free = acc.free - (size + RECORD_MEMORY_OVERHEAD)  # one big int, not two
+        if free >= 0:
+            acc.free = free
+        else:
+            await acc.reserve(size + RECORD_MEMORY_OVERHEAD)
+            batch = None  # the sender may have taken it meanwhile
+        # Accumulator.append, inlined: this is the per-record hot path.
         if batch is None:
             batch = pq.open
-            if batch is None or batch.size + size > batch.limit:
-                batch = self._acc.room(pq, size) or await self._wait_for_room(pq, size)
+            if batch is None or batch.size + size > self._max_batch_size:
+                batch = acc.new_batch(pq)
         values = batch.values  # columns: see ProducerBatch.values
         values.append(value)
         batch.stamps.append(stamp)
@@ -496,17 +501,6 @@ class Producer:
         """Send one record and wait until it is acknowledged."""
         pending = await self.send(topic, value, key, partition, timestamp_ms, headers)
         return await pending
-
-    async def _wait_for_room(self, pq: PartitionQueue, size: int) -> ProducerBatch:
-        """Wait (in turn) for a record's buffer memory, then the batch of ``pq`` that takes it."""
-        acc = self._acc
-        if pq.open is not None:
-            pq.open.limit = -1  # sends behind this one must not fill the batch meanwhile
-        charge = size + RECORD_MEMORY_OVERHEAD
-        await acc.reserve(charge)
-        batch = acc.room(pq, size, granted=charge)
-        assert batch is not None  # (granted: nothing more to take)
-        return batch
 
     def _switch_sticky(self, topic: str, state: _TopicState) -> PartitionQueue:
         """Move ``topic``'s keyless records to a new sticky partition (its batch there is full or gone)."""
