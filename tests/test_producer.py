@@ -299,6 +299,23 @@ async def test_buffer_memory_backpressure(broker: RunningBroker, topic: str) -> 
     assert [len(r.value or b"") for r in records] == [9_000] * 36
 
 
+async def test_sends_waiting_for_memory_keep_their_order(broker: RunningBroker, topic: str) -> None:
+    """Sends started together, large and small, land in the order they were called.
+
+    The third 400 KB record waits for buffer memory; the 2-byte records started after
+    it would fit at once, but must wait their turn rather than join the open batch first.
+    """
+    async with producer_for(broker, buffer_memory=1_000_000, max_batch_size=500_000, linger_ms=1000) as producer:
+        await producer.partitions_for(topic)
+        values = [(b"%04d" % i) * 100_000 if i % 3 == 0 else b"%02d" % i for i in range(30)]
+        futures = await asyncio.gather(*(producer.send(topic, value) for value in values))
+        assert producer._acc.buffered <= 1_000_000
+        offsets = [(await f).offset for f in futures]
+    assert offsets == sorted(offsets)
+    records = await consume(broker.bootstrap_servers, topic, len(values))
+    assert [r.value for r in records] == values
+
+
 async def test_linger_holds_a_lone_record(broker: RunningBroker, topic: str) -> None:
     async with producer_for(broker, linger_ms=300) as producer:
         await producer.send_and_wait(topic, b"warm-up")  # metadata and connection in place
