@@ -281,6 +281,37 @@ async def test_broker_size_limit_fails_with_typed_error(broker: RunningBroker, t
     assert [r.value for r in records] == [f"{i:04d}".encode() * 100 for i in range(40)]
 
 
+async def test_a_grown_batch_the_broker_refuses_is_resent_in_parts(broker: RunningBroker, topic: str) -> None:
+    """Records join a full batch until the sender takes it; a broker that refuses the grown
+    batch as too large gets it again in max_batch_size parts, and each record's metadata
+    names its own offset, key and headers intact."""
+    await create_topic(broker.bootstrap_servers, topic, 1, {"max.message.bytes": "3000"})
+    values = [b"%04d" % i * 100 for i in range(40)]
+    keys = [b"k%d" % i if i % 3 else None for i in range(40)]
+    headers = [[("h", b"%d" % i)] if i % 5 == 0 else [] for i in range(40)]
+    async with producer_for(broker, max_batch_size=2000) as producer:
+        await producer.partitions_for(topic)
+        futures = [await producer.send(topic, v, key=k, headers=h) for v, k, h in zip(values, keys, headers, strict=True)]
+        [grown] = producer._acc.queues[topic][0].batches  # the sender has not run: one 17 KB batch
+        assert grown.size > 8 * 2000
+        metadata = [await f for f in futures]
+    records = await consume(broker.bootstrap_servers, topic, 40)
+    assert [(r.value, r.key, r.headers) for r in records] == list(zip(values, keys, headers, strict=True))
+    assert [m.offset for m in metadata] == [r.offset for r in records] == list(range(40))
+    assert [m.timestamp for m in metadata] == [r.timestamp for r in records]
+
+
+async def test_idempotent_batches_stay_within_max_batch_size(broker: RunningBroker, topic: str) -> None:
+    """An idempotent batch's sequence numbers are fixed when it is sent, so it cannot be resent
+    in parts: its batches never grow past max_batch_size."""
+    async with producer_for(broker, max_batch_size=2000, acks="all", enable_idempotence=True) as producer:
+        await producer.partitions_for(topic)
+        futures = [await producer.send(topic, b"%04d" % i * 100) for i in range(40)]
+        batches = list(producer._acc.queues[topic][0].batches)
+        assert len(batches) == 10 and all(b.size <= 2000 for b in batches)
+        assert [(await f).offset for f in futures] == list(range(40))
+
+
 async def test_buffer_memory_backpressure(broker: RunningBroker, topic: str) -> None:
     async with producer_for(broker, buffer_memory=50_000, max_batch_size=20_000) as producer:
         await producer.partitions_for(topic)

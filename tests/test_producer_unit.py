@@ -164,6 +164,60 @@ async def test_a_waiting_reservation_holds_back_later_ones_until_it_leaves() -> 
     assert acc.buffered == 0 and acc.free == 1000 and not acc.memory_wanted
 
 
+async def test_a_split_batch_reports_each_records_offset_from_its_part() -> None:
+    """A grown batch refused as too large goes back as parts of up to max_batch_size, in its
+    place; each record's offset comes from its own part, wherever the broker put that part."""
+    acc = _accumulator(buffer_memory=100_000)
+    acc.batch_limit = 50_000  # the producer's limit when not idempotent: batches grow
+    pq = acc.queue("t", 0)
+    futures = []
+    for i in range(12):
+        key = b"k%d" % i if i % 2 else None
+        headers = [("h", b"v")] if i % 3 == 0 else []
+        size = 14 + 200 + (len(key) if key else 0) + (8 if headers else 0)
+        await acc.reserve(size + RECORD_MEMORY_OVERHEAD)  # as Producer.send does
+        futures.append(acc.append(pq, key, b"x" * 200, 1000 + i, headers, size))
+    await acc.reserve(15 + RECORD_MEMORY_OVERHEAD)
+    later = acc.append(acc.queue("t", 0), None, b"y", 2000, (), 15)  # joins the same open batch
+    batch = acc.take(pq)
+    assert len(batch.values) == 13 and acc.split(pq, batch)
+    parts = list(pq.batches)
+    assert [len(p.values) for p in parts] == [4, 4, 5] and all(p.size <= 1000 for p in parts)
+    assert [list(p.keys or {}) for p in parts] == [[1, 3], [1, 3], [1, 3]]  # re-indexed per part
+    assert [list(p.headers or {}) for p in parts] == [[0, 3], [2], [1]]
+    held = acc.buffered
+    for base, part in zip([500, 40, 900], parts, strict=True):  # anywhere in the log
+        acc.complete_group(pq, [acc.take(pq)], base, -1, 0)
+        assert acc.buffered == held or part is parts[-1]  # the batch's memory goes with its last part
+    assert acc.buffered == 0
+    assert [(await f).offset for f in futures] == [500, 501, 502, 503, 40, 41, 42, 43, 900, 901, 902, 903]
+    assert (await later).offset == 904 and (await futures[5]).timestamp == 1005
+
+
+async def test_a_failed_part_fails_every_record_of_the_split_batch() -> None:
+    acc = _accumulator()
+    acc.batch_limit = 50_000
+    pq = acc.queue("t", 0)
+    await acc.reserve(6 * (314 + RECORD_MEMORY_OVERHEAD))
+    futures = [acc.append(pq, None, b"x" * 300, 0, (), 314) for _ in range(6)]
+    acc.split(pq, acc.take(pq))
+    first, second = acc.take(pq), acc.take(pq)
+    acc.complete_group(pq, [first], 0, -1, 0)
+    acc.fail(pq, second, KafkaTimeoutError("gone"))
+    assert all(f.done() for f in futures) and acc.buffered == 0
+    with pytest.raises(KafkaTimeoutError):
+        await futures[0]  # its own part was written, but the batch's records fail together
+
+
+async def test_a_batch_within_max_batch_size_is_not_split() -> None:
+    acc = _accumulator()
+    pq = acc.queue("t", 0)
+    acc.append(pq, None, b"x" * 300, 0, (), 314)
+    acc.append(pq, None, b"x" * 300, 0, (), 314)
+    batch = acc.take(pq)
+    assert not acc.split(pq, batch) and not pq.batches
+
+
 async def test_completed_batch_releases_memory_and_resolves_records() -> None:
     acc = _accumulator()
     pq = acc.queue("t", 3)

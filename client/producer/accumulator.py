@@ -18,6 +18,7 @@ import asyncio
 import contextvars
 import sys
 import time
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
@@ -29,6 +30,8 @@ from kafkakit.structs import Header, RecordMetadata, TopicPartition
 
 #: What a batch future resolves to: (base offset, log append time or -1, log start offset).
 BatchResult = tuple[int, int, int]
+#: The base offset of a batch sent in parts: its records' offsets are the parts' (ProducerBatch.split).
+SENT_IN_PARTS = -2
 
 #: Bytes a record adds to a batch besides key, value and headers (attributes,
 #: timestamp/offset deltas, lengths, header count); a close estimate, not a bound.
@@ -77,6 +80,8 @@ class ProducerBatch:
         "reserved",
         "base_sequence",
         "followers",
+        "split",
+        "split_from",
         "waiters",
     )
 
@@ -115,6 +120,10 @@ class ProducerBatch:
         self.followers: list[ProducerBatch] | None = None
         # Record futures with callbacks; one callback on ``future`` fans out to them all.
         self.waiters: list[RecordFuture] | None = None
+        # A batch the broker refused as too large, resent in parts (Accumulator.split): the
+        # parts of this one, or the split this one is a part of.
+        self.split: _Split | None = None
+        self.split_from: _Split | None = None
 
     def __repr__(self) -> str:
         return f"<ProducerBatch {self.tp.topic}-{self.tp.partition} #{self.seq} records={self.record_count} size={self.size}>"
@@ -279,7 +288,12 @@ class RecordFuture:
         batch = self._batch
         base_offset, log_append_time, log_start_offset = batch.future.result()
         tp = batch.tp
-        offset = base_offset + self._delta if base_offset >= 0 else -1
+        if base_offset >= 0:
+            offset = base_offset + self._delta
+        elif base_offset == SENT_IN_PARTS and batch.split is not None:
+            offset = batch.split.offset_of(self._delta)
+        else:
+            offset = -1
         if log_append_time >= 0:
             return RecordMetadata(tp.topic, tp.partition, offset, log_append_time, 1, log_start_offset)
         return RecordMetadata(tp.topic, tp.partition, offset, self._timestamp // STAMPS_PER_MS, 0, log_start_offset)
@@ -377,6 +391,60 @@ def _memory_held(batch: ProducerBatch) -> int:
     return batch.reserved  # a pre-encoded bulk batch: what its caller took
 
 
+class _Split:
+    """A batch being resent in parts, and the base offsets of the parts acknowledged so far."""
+
+    __slots__ = ("batch", "firsts", "parts", "offsets", "waiting")
+
+    def __init__(self, batch: ProducerBatch, firsts: list[int]) -> None:
+        self.batch = batch
+        self.firsts = firsts  # the index in ``batch`` of each part's first record
+        self.parts: list[ProducerBatch] = []
+        self.offsets = [-1] * len(firsts)
+        self.waiting = len(firsts)
+
+    def sent(self, part: ProducerBatch, base_offset: int) -> None:
+        self.offsets[self.parts.index(part)] = base_offset
+        self.waiting -= 1
+
+    def offset_of(self, index: int) -> int:
+        """The offset of the batch's record ``index`` (-1: unknown, as with acks=0)."""
+        part = bisect_right(self.firsts, index) - 1
+        base = self.offsets[part]
+        return base + index - self.firsts[part] if base >= 0 else -1
+
+    @property
+    def done(self) -> bool:
+        return self.waiting == 0
+
+
+def _index_slice(by_index: dict[int, Any] | None, first: int, stop: int) -> dict[int, Any] | None:
+    """The entries of ``by_index`` (keys or headers by record index) for records first..stop-1, re-indexed from 0."""
+    if not by_index:
+        return None
+    part = {index - first: item for index, item in by_index.items() if first <= index < stop}
+    return part or None
+
+
+def _record_fields(batch: ProducerBatch) -> tuple[list[Any], list[Any], list[Any]]:
+    count = len(batch.values)
+    keys: list[Any] = [None] * count
+    for index, key in (batch.keys or {}).items():
+        keys[index] = key
+    headers: list[Any] = [()] * count
+    for index, record_headers in (batch.headers or {}).items():
+        headers[index] = record_headers
+    return batch.values, keys, headers
+
+
+def _record_size(value: bytes | None, key: bytes | None, headers: Any) -> int:
+    """A record's estimated size in a batch, as send() counts it."""
+    size = RECORD_OVERHEAD + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+    for name, header_value in headers:  # as record_input.check_headers counts them
+        size += 6 + len(name.encode("utf-8")) + (len(header_value) if header_value is not None else 0)
+    return size
+
+
 class PartitionQueue:
     """The batches of one partition waiting to be sent, oldest first."""
 
@@ -407,6 +475,9 @@ class Accumulator:
         wake_sender: Callable[[], None] = lambda: None,
     ) -> None:
         self.max_batch_size = max_batch_size
+        #: Where an open batch stops taking records (the producer's batch limit: a full batch
+        #: keeps growing until the sender takes it, see Producer._batch_limit).
+        self.batch_limit = max_batch_size
         self.linger = linger_ms / 1000
         self.buffer_memory = buffer_memory
         self.compression = compression
@@ -480,7 +551,7 @@ class Accumulator:
         batch always holds a record, so an oversized record opens a batch of its own.
         """
         batch = pq.open
-        if batch is None or batch.size + size > self.max_batch_size:
+        if batch is None or batch.size + size > self.batch_limit:
             batch = self.new_batch(pq)
         values = batch.values
         values.append(value)
@@ -633,6 +704,63 @@ class Accumulator:
             index = len(batches)
         batches.insert(index, batch)
 
+    def split(self, pq: PartitionQueue, batch: ProducerBatch) -> bool:
+        """Queue ``batch`` (sent, and refused as too large) again as batches of up to ``max_batch_size``.
+
+        The parts take its place in the queue, each sent alone; the batch completes
+        when they all have (each record's offset is its part's: SENT_IN_PARTS), or
+        fails with the first part that fails. False, changing nothing, when it holds
+        a single record, is pre-encoded, or is not larger than ``max_batch_size``.
+        """
+        cuts = self._cuts(batch)
+        if len(cuts) < 2:
+            return False
+        loop = batch.future.get_loop()
+        split = batch.split = _Split(batch, [first for first, _ in cuts])
+        parts = []
+        for first, stop in cuts:
+            part = ProducerBatch(
+                batch.tp, batch.seq, batch.created, loop.create_future(), batch.values[first:stop], batch.stamps[first:stop]
+            )
+            part.keys = _index_slice(batch.keys, first, stop)
+            part.headers = _index_slice(batch.headers, first, stop)
+            part.record_count = stop - first
+            part.size = BATCH_HEADER_SIZE + sum(map(_record_size, *_record_fields(part)))
+            part.reserved = 0  # the memory stays with the batch until it completes
+            part.solo = True
+            part.split_from = split
+            parts.append(part)
+        split.parts = parts
+        batch.encoded = None
+        pq.in_flight -= 1
+        batches = pq.batches
+        index = next((i for i, queued in enumerate(batches) if queued.seq > batch.seq), len(batches))
+        for part in reversed(parts):
+            batches.insert(index, part)
+        return True
+
+    def _cuts(self, batch: ProducerBatch) -> list[tuple[int, int]]:
+        """``batch``'s records as (first, stop) runs of up to ``max_batch_size`` (a larger record alone)."""
+        if batch.encoded is not None and not batch.values:
+            return []  # a pre-encoded bulk batch
+        cuts: list[tuple[int, int]] = []
+        first, size = 0, BATCH_HEADER_SIZE
+        for index, record_size in enumerate(map(_record_size, *_record_fields(batch))):
+            if size + record_size > self.max_batch_size and index > first:
+                cuts.append((first, index))
+                first, size = index, BATCH_HEADER_SIZE
+            size += record_size
+        cuts.append((first, len(batch.values)))
+        return cuts
+
+    def _part_sent(self, part: ProducerBatch, base_offset: int, log_append_time: int, log_start_offset: int) -> None:
+        """A part of a split batch was acknowledged: complete the batch once every part is."""
+        split = part.split_from
+        assert split is not None
+        split.sent(part, base_offset)
+        if split.done and not split.batch.future.done():
+            self.complete(None, split.batch, (SENT_IN_PARTS, log_append_time, log_start_offset))
+
     # -- completion ------------------------------------------------------------
 
     def complete(self, pq: PartitionQueue | None, batch: ProducerBatch, result: BatchResult) -> None:
@@ -642,6 +770,8 @@ class Accumulator:
         self._finish(batch)
         if not batch.future.done():
             batch.future.set_result(result)
+        if batch.split_from is not None:
+            self._part_sent(batch, *result)
         followers = batch.followers
         if followers:
             base_offset, log_append_time, log_start_offset = result
@@ -681,6 +811,8 @@ class Accumulator:
             future = batch.future
             if not future.done():
                 future.set_result((offset, log_append_time, log_start_offset))
+            if batch.split_from is not None:
+                self._part_sent(batch, offset, log_append_time, log_start_offset)
             if offset >= 0:
                 offset += batch.record_count
         self.release(held)
@@ -689,6 +821,12 @@ class Accumulator:
         """Fail every record of ``batch`` with ``error`` and free its memory."""
         if pq is not None:
             pq.in_flight -= 1
+        split = batch.split_from
+        if split is not None:  # a part of a split batch: the batch fails (and counts) instead
+            batch.future.cancel()
+            if not split.batch.future.done():
+                self.fail(None, split.batch, error)
+            return
         if self.on_fail is not None and not batch.future.done():
             self.on_fail(batch)
         self._finish(batch)

@@ -84,10 +84,17 @@ KEYS_REMEMBERED = 16384
 class _TopicState:
     """What the hot path needs about one topic, rebuilt after every metadata refresh."""
 
-    __slots__ = ("all_partitions", "available", "queues", "ordered_queues", "sticky", "sticky_queue", "by_key")
+    __slots__ = (
+        "all_partitions", "available", "queues", "ordered_queues", "sticky", "sticky_queue", "sticky_limit", "by_key",
+    )  # fmt: skip
 
     def __init__(
-        self, all_partitions: list[int], available: list[int], queues: dict[int, PartitionQueue], sticky: int
+        self,
+        all_partitions: list[int],
+        available: list[int],
+        queues: dict[int, PartitionQueue],
+        sticky: int,
+        sticky_limit: int,
     ) -> None:
         self.all_partitions = all_partitions
         self.available = available
@@ -95,6 +102,7 @@ class _TopicState:
         self.ordered_queues = [queues[p] for p in all_partitions]  # by index into all_partitions
         self.sticky = sticky  # the partition keyless records go to (KIP-480), and its queue
         self.sticky_queue = queues[sticky]
+        self.sticky_limit = sticky_limit  # the batch size at which keyless records move on
         #: The queue of each recently sent key (the default partitioner): a dict lookup costs
         #: a tenth of hashing the key again, and most applications send many records per key.
         self.by_key: dict[bytes, PartitionQueue] = {}
@@ -127,10 +135,12 @@ class Producer:
     the application yields; a linger only helps when records trickle in.
 
     ``max_batch_size`` is the size at which a partition's open batch counts as
-    full (and keyless records move to another sticky partition).  When several
-    full batches of one partition wait, the sender coalesces them into one
-    record batch of up to ``max_request_size``, since Kafka takes one batch per
-    partition per request.
+    full, ready to send (and keyless records move to another sticky partition).
+    Until the sender takes it, later records of that partition keep joining it,
+    up to ``max_request_size``: Kafka takes one batch per partition per request,
+    so the sender would send them as one record batch anyway.  A broker that
+    refuses such a batch as too large gets it again in parts of
+    ``max_batch_size``.  Idempotent batches stay within ``max_batch_size``.
 
     ``max_in_flight_requests_per_connection`` above 1 pipelines Produce requests;
     a retry may then reorder a partition's records, as in Kafka without
@@ -280,6 +290,16 @@ class Producer:
         self._sticky = StickyPartitions()
         # The largest record send() accepts (its estimated size in a batch).
         self._max_record_size = min(max_request_size, buffer_memory) - BATCH_HEADER_SIZE
+        # A full batch (max_batch_size) is ready, and the sender sends a partition's ready
+        # batches as one record batch of up to max_request_size; until it takes the batch,
+        # records join it rather than opening a 16 KiB batch each (a batch, its future and
+        # its completion cost 5% of the per-record path). A broker that refuses the grown
+        # batch as too large gets it again as max_batch_size batches (Accumulator.split).
+        # Idempotent batches keep max_batch_size: their sequences are fixed when sent.
+        self._batch_limit = max_batch_size
+        if self._identity is None:
+            self._batch_limit = max(max_batch_size, max_request_size - _REQUEST_OVERHEAD)
+        self._acc.batch_limit = self._batch_limit
         self._accepting = False
         self._send_checks = True
         if self._identity is not None:
@@ -415,12 +435,14 @@ class Producer:
             state = await self._topic_state(topic)
         pq: PartitionQueue | None
         batch: ProducerBatch | None  # set when already known to have room for this record
+        limit: int  # the batch size at which the record opens a new batch (see _batch_limit)
         if partition is None:
             if key is None and self._partitioner is None:
                 # KIP-480: stick to one partition until a record would open a new batch there.
                 pq = state.sticky_queue
                 batch = pq.open
-                if batch is None or batch.size + size > self._max_batch_size:
+                limit = state.sticky_limit
+                if batch is None or batch.size + size > limit:
                     pq = self._switch_sticky(topic, state)
                     batch = None
             elif self._partitioner is None:
@@ -428,9 +450,11 @@ class Producer:
                 if pq is None:
                     pq = state.queue_for_key(key)  # type: ignore[arg-type]  # key is not None here
                 batch = None
+                limit = self._batch_limit
             else:
                 pq = state.queues[self._choose_partition(state, key)]
                 batch = None
+                limit = self._batch_limit
         else:
             try:
                 pq = state.queues[partition]
@@ -439,6 +463,7 @@ class Producer:
             if pq is None:
                 pq = await self._explicit_partition(topic, partition)
             batch = None
+            limit = self._batch_limit
         if timestamp_ms is None:
             stamp = _time_ns()  # nanoseconds: see STAMPS_PER_MS
         elif timestamp_ms.__class__ is int:
@@ -456,7 +481,7 @@ class Producer:
         # Accumulator.append, inlined: this is the per-record hot path.
         if batch is None:
             batch = pq.open
-            if batch is None or batch.size + size > self._max_batch_size:
+            if batch is None or batch.size + size > limit:
                 batch = acc.new_batch(pq)
         values = batch.values  # columns: see ProducerBatch.values
         values.append(value)
@@ -537,7 +562,10 @@ class Producer:
         sticky = self._sticky.get(topic, all_partitions, available)
         if sticky not in queues:
             sticky = self._sticky.next(topic, all_partitions, available)
-        state = _TopicState(all_partitions, available, queues, sticky)
+        # KIP-480: keyless records move on when their partition's batch is full; with one
+        # partition there is nowhere to go, and the batch grows as an explicit partition's.
+        sticky_limit = self._max_batch_size if len(all_partitions) > 1 else self._batch_limit
+        state = _TopicState(all_partitions, available, queues, sticky, sticky_limit)
         self._topics[topic] = state
         return state
 

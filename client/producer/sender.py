@@ -560,6 +560,8 @@ class Sender:
                     batch.solo = True
                     acc.requeue(pq, batch)
                 continue
+            if code in _TOO_LARGE and self._identity is None and acc.split(pq, group[0]):
+                continue  # a batch that grew past max_batch_size: resent in max_batch_size parts
             moved = False
             if Cluster.is_refresh_error(code):
                 moved = self._take_leader_hint(tp, result, response)
