@@ -629,7 +629,7 @@ def test_an_application_that_disabled_or_froze_the_collector_is_left_alone() -> 
 # --- the uniform-records encoder vs the reference loop -------------------------------------------
 
 from kafkakit.records import fastencode  # noqa: E402
-from kafkakit.records.encoder import _encode_records, _encode_records_slowly  # noqa: E402
+from kafkakit.records.encoder import UNIFORM_MIN_RECORDS, _encode_records, _encode_records_slowly  # noqa: E402
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -729,14 +729,14 @@ def test_nanosecond_stamps_encode_as_their_milliseconds(uniform: bool) -> None:
     one with those stamps floored to milliseconds, on the uniform path and the loop, one part or several."""
     from kafkakit.records import encode_queued_batches
 
-    count = 3 * fastencode.MIN_RECORDS
+    count = 3 * UNIFORM_MIN_RECORDS
     nanos = [BASE_TS * 1_000_000 + i * 333_333 + (999_999 if i % 7 == 0 else 0) for i in range(count)]
     records = [(None if uniform or i % 3 else b"k", b"v%04d" % i, stamp // 1_000_000, ()) for i, stamp in enumerate(nanos)]
     in_nanos = _Queued.of(records)
     in_nanos.stamps = nanos
     expected = encode_batch(records)
     assert encode_queued_batches([in_nanos], stamps_per_ms=1_000_000) == expected
-    cut = fastencode.MIN_RECORDS
+    cut = UNIFORM_MIN_RECORDS
     parts = [_Queued.of(records[:cut]), _Queued.of(records[cut:])]
     parts[0].stamps, parts[1].stamps = nanos[:cut], nanos[cut:]
     assert encode_queued_batches(parts, stamps_per_ms=1_000_000) == expected
@@ -751,7 +751,7 @@ def test_queued_records_encode_as_tuple_batches(uniform: bool, codec: str, produ
     from kafkakit.records import encode_queued_batches
 
     producer_id, epoch, sequence, transactional = producer
-    count = 3 * fastencode.MIN_RECORDS
+    count = 3 * UNIFORM_MIN_RECORDS
     records = [
         (None if uniform or i % 2 else b"key", b"v%04d" % i, BASE_TS + i % 9, () if uniform or i % 5 else [("h", b"x")])
         for i in range(count)
@@ -783,11 +783,11 @@ def test_several_queued_parts_encode_as_their_concatenation(uniform: bool, codec
     one batch of all their records, in order, whether they are uniform, split unevenly or one is not uniform."""
     from kafkakit.records import encode_queued_batches
 
-    count = 5 * fastencode.MIN_RECORDS
+    count = 5 * UNIFORM_MIN_RECORDS
     records = [(None, b"v%04d" % i, BASE_TS + i % 7, ()) for i in range(count)]
     if not uniform:
         records[count - 3] = (b"key", records[count - 3][1], BASE_TS, [("h", b"x")])
-    cuts = [0, 1, fastencode.MIN_RECORDS, count - 2, count]  # a one-record part too
+    cuts = [0, 1, UNIFORM_MIN_RECORDS, count - 2, count]  # a one-record part too
     parts = [_Queued.of(records[a:b]) for a, b in zip(cuts, cuts[1:], strict=False)]
     expected = encode_batch(records, compression=codec, producer_id=7, producer_epoch=1, base_sequence=40)
     got = encode_queued_batches(parts, compression=codec, producer_id=7, producer_epoch=1, base_sequence=40)
@@ -811,7 +811,7 @@ def test_keyed_queued_records_take_the_uniform_encoder(codec: str, monkeypatch: 
         return result
 
     monkeypatch.setattr(encoder_module, "encode_uniform_values", spy)
-    count = 4 * fastencode.MIN_RECORDS
+    count = 4 * UNIFORM_MIN_RECORDS
     records = [(b"user-%04d" % i, b"v%04d" % i, BASE_TS + i // 10, ()) for i in range(count)]
     cut = count // 3
     parts = [_Queued.of(records[:cut]), _Queued.of(records[cut:])]

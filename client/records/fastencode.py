@@ -146,13 +146,13 @@ def _constant(data: bytes) -> Any:
 def _fixed_width_rows(items: list[Any], count: int) -> Any:
     """``items`` (bytes-like, all one length) as a count x length array, or None if they are not."""
     try:
-        lengths = set(map(len, items))
+        lengths = list(map(len, items))  # and count(): 15 ns a record less than a set
         joined = b"".join(items)  # bytearray/memoryview items join as their bytes, as the loop encodes them
     except TypeError:  # None, str, ...: the loop encodes or rejects them
         return None
-    if len(lengths) != 1:
+    length = lengths[0]
+    if lengths.count(length) != count:
         return None
-    (length,) = lengths
     if len(joined) != count * length:  # memoryviews whose len() is not their size in bytes
         return None
     return np.frombuffer(joined, np.uint8).reshape(count, length)
