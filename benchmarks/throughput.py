@@ -469,11 +469,11 @@ def spawn_worker(spec: dict[str, object], timeout: float) -> float:
 # --------------------------------------------------------------------------- driver
 
 
-def create_topic(bootstrap: str, name: str) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1)])
+    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
     futures[name].result(30)
     deadline = time.time() + 30
     while name not in admin.list_topics(timeout=10).topics and time.time() < deadline:
@@ -514,7 +514,7 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
                             for client in clients:
                                 topic = source_topic or f"bench-{client}-{uuid.uuid4().hex[:8]}"
                                 if role == "produce":
-                                    create_topic(bootstrap, topic)
+                                    create_topic(bootstrap, topic, args.partitions)
                                 spec = {"role": role, "client": client, "bootstrap": bootstrap, "topic": topic, "records": args.records, "size": args.size, "codec": codec}
                                 seconds, peak = spawn_worker_rss(spec, timeout)
                                 times[client].append(seconds)
@@ -585,6 +585,10 @@ def main() -> None:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=100)
+    parser.add_argument(
+        "--partitions", type=int, default=1,
+        help="partitions of each producer's topic (partition=0 producers still use one; sticky and keyed spread)",
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--codecs", default="none,lz4")
     parser.add_argument("--brokers", default="broker_min,kafka")

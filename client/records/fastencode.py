@@ -122,8 +122,9 @@ def encode_uniform_values(
     base = int(stamp_array[0])
     deltas = stamp_array - base
     if int(deltas.min()) < 0 or int(deltas.max()) >= _THREE_BYTES:
-        return None
-    runs = _runs(deltas, count)
+        return None  # (a negative delta, or one of four varint bytes: the loop)
+    max_delta = int(deltas.max())
+    runs = _runs(deltas, count, max_delta)
     if runs is None:
         return None
     tail = sum(segment.shape[-1] for segment in segments)
@@ -135,7 +136,7 @@ def encode_uniform_values(
     buffer = _scratch(end)
     for first, stop, ts_width, offset_width, at in placed:
         _run(buffer, at, first, stop, ts_width, offset_width, deltas[first:stop], segments, tail)
-    return buffer.data[:end], base, base + int(deltas.max())
+    return buffer.data[:end], base, base + max_delta
 
 
 def _constant(data: bytes) -> Any:
@@ -189,15 +190,19 @@ def _varint_widths(zigzagged: Any) -> Any:
     return 1 + (zigzagged >= 1 << 7).astype(np.int8) + (zigzagged >= 1 << 14).astype(np.int8)
 
 
-def _runs(deltas: Any, count: int) -> list[tuple[int, int, int, int]] | None:
+def _runs(deltas: Any, count: int, max_delta: int) -> list[tuple[int, int, int, int]] | None:
     """Split records into runs of equal timestamp- and offset-delta varint widths, or None if too many.
 
     Offset deltas widen at 64, 8192 and 2**20 records; timestamp deltas wherever their
-    varint width changes (once or twice for a clock that only moves forward).
+    varint width changes (once or twice for a clock that only moves forward; never when
+    every delta is below 64 ms, the common case, which skips the search).
     """
-    ts_widths = _varint_widths(deltas * 2)
     cuts = {0, count}
-    cuts.update(int(i) + 1 for i in np.flatnonzero(np.diff(ts_widths)))
+    if max_delta < 64:
+        ts_widths = None
+    else:
+        ts_widths = _varint_widths(deltas * 2)
+        cuts.update(int(i) + 1 for i in np.flatnonzero(np.diff(ts_widths)))
     cuts.update(edge for edge in (64, 8192, 1 << 20) if edge < count)
     if len(cuts) > _MAX_RUNS + 1:
         return None
@@ -205,8 +210,34 @@ def _runs(deltas: Any, count: int) -> list[tuple[int, int, int, int]] | None:
     runs = []
     for first, stop in zip(edges, edges[1:], strict=False):
         offset_width = 1 + (first >= 64) + (first >= 8192) + (first >= 1 << 20)
-        runs.append((first, stop, int(ts_widths[first]), offset_width))
+        runs.append((first, stop, 1 if ts_widths is None else int(ts_widths[first]), offset_width))
     return runs
+
+
+def _offset_varints(stop: int) -> np.ndarray[Any, Any]:
+    """Row i: the varint bytes of offset delta i (zigzag 2i), for i below at least ``stop``.
+
+    Offset deltas are the same in every batch: one table (grown by doubling) replaces
+    three array operations per varint byte in each run.
+    """
+    table = _offset_table.table
+    if len(table) < stop:
+        size = max(stop, 2 * len(table), 1024)
+        zigzagged = np.arange(size, dtype=np.int64) * 2
+        table = np.empty((size, 3), np.uint8)
+        for i in range(3):
+            byte = (zigzagged >> (7 * i)) & 0x7F
+            more = zigzagged >= 1 << (7 * (i + 1))  # another byte follows
+            table[:, i] = np.where(more, byte | 0x80, byte)
+        _offset_table.table = table
+    return table
+
+
+class _OffsetTable:
+    table: np.ndarray[Any, Any] = np.empty((0, 3), np.uint8)
+
+
+_offset_table = _OffsetTable()  # replaced whole, never resized in place: safe for threads
 
 
 class _Scratch(threading.local):
@@ -252,16 +283,17 @@ def _run(
     ``tail``: the bytes of ``segments`` in a row (the caller sized the rows with it).
     """
     body = 2 + ts_width + offset_width + tail
-    head = np.frombuffer(zigzag(body), np.uint8)
-    row = len(head) + body
+    head = np.frombuffer(zigzag(body) + b"\x00", np.uint8)  # the length, then attributes 0
+    row = len(head) - 1 + body
     rows = buffer[at : at + (stop - first) * row].reshape(stop - first, row)
     col = len(head)
     rows[:, :col] = head
-    rows[:, col] = 0  # attributes
-    at = col + 1
-    _put_varints(rows, at, deltas * 2, ts_width)  # zigzag of a delta >= 0
-    at += ts_width
-    _put_varints(rows, at, np.arange(first, stop, dtype=np.int64) * 2, offset_width)
+    if ts_width == 1:  # zigzag of a delta below 64: its one varint byte
+        rows[:, col] = deltas * 2
+    else:
+        _put_varints(rows, col, deltas * 2, ts_width)
+    at = col + ts_width
+    rows[:, at : at + offset_width] = _offset_varints(stop)[first:stop, :offset_width]
     at += offset_width
     for segment in segments:
         width = segment.shape[-1]
