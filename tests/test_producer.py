@@ -153,11 +153,25 @@ async def test_keyless_records_move_on_when_their_batch_is_full(broker: RunningB
     async with producer_for(broker, max_batch_size=1024, linger_ms=50) as producer:
         await producer.partitions_for(topic)
         futures = [await producer.send(topic, value) for _ in range(200)]
+        # The sender has not run: records coming back to a partition joined its open batch.
+        assert [len(pq.batches) for pq in producer._acc.queues[topic].values()] == [1, 1, 1, 1]
         partitions = [(await f).partition for f in futures]
     runs = [len(list(run)) for _, run in itertools.groupby(partitions)]
     assert all(run == 8 for run in runs[:-1]) and 1 <= runs[-1] <= 8, runs
     assert len(set(partitions)) > 1
     assert len(await consume(broker.bootstrap_servers, topic, 200, partitions=[0, 1, 2, 3])) == 200
+
+
+async def test_keyless_records_of_one_partition_grow_its_batch_to_the_request_size(broker: RunningBroker, topic: str) -> None:
+    """With nowhere else to go, keyless records keep joining the partition's batch until the
+    sender takes it, up to what one request carries; then they open a new batch."""
+    value = b"v" * 100
+    async with producer_for(broker, max_batch_size=1024, max_request_size=20_000, linger_ms=50) as producer:
+        await producer.partitions_for(topic)
+        futures = [await producer.send(topic, value) for _ in range(300)]  # 34 KB, the sender idle
+        sizes = [batch.size for batch in producer._acc.queues[topic][0].batches]
+        assert len(sizes) == 2 and all(size <= 20_000 - 512 for size in sizes), sizes
+        assert [(await f).offset for f in futures] == list(range(300))
 
 
 async def test_serializers(broker: RunningBroker, topic: str) -> None:

@@ -102,7 +102,9 @@ class _TopicState:
         self.ordered_queues = [queues[p] for p in all_partitions]  # by index into all_partitions
         self.sticky = sticky  # the partition keyless records go to (KIP-480), and its queue
         self.sticky_queue = queues[sticky]
-        self.sticky_limit = sticky_limit  # the batch size at which keyless records move on
+        # KIP-480: the size of the sticky partition's open batch up to which keyless records
+        # stay (Producer._sticky_limit: a batch's worth after those it held when they came).
+        self.sticky_limit = sticky_limit
         #: The queue of each recently sent key (the default partitioner): a dict lookup costs
         #: a tenth of hashing the key again, and most applications send many records per key.
         self.by_key: dict[bytes, PartitionQueue] = {}
@@ -445,6 +447,7 @@ class Producer:
                 if batch is None or batch.size + size > limit:
                     pq = self._switch_sticky(topic, state)
                     batch = None
+                    limit = state.sticky_limit
             elif self._partitioner is None:
                 pq = state.by_key.get(key)  # not a subscript in a try: misses are common (unique keys)
                 if pq is None:
@@ -528,10 +531,24 @@ class Producer:
         return await pending
 
     def _switch_sticky(self, topic: str, state: _TopicState) -> PartitionQueue:
-        """Move ``topic``'s keyless records to a new sticky partition (its batch there is full or gone)."""
+        """Move ``topic``'s keyless records to a new sticky partition (KIP-480: they filled a
+        batch's worth where they were, or its batch is gone), for a batch's worth there."""
         if len(state.all_partitions) > 1:
-            return state.stick_to(self._sticky.next(topic, state.all_partitions, state.available, state.sticky))
-        return state.sticky_queue
+            pq = state.stick_to(self._sticky.next(topic, state.all_partitions, state.available, state.sticky))
+        else:
+            pq = state.sticky_queue
+        state.sticky_limit = self._sticky_limit(pq)
+        return pq
+
+    def _sticky_limit(self, pq: PartitionQueue) -> int:
+        """The size of ``pq``'s open batch up to which keyless records stay: max_batch_size of
+        records after those it holds (a full batch keeps growing until the sender takes it,
+        so records coming back to a partition join its open batch), or, when the open batch
+        cannot grow by that much, max_batch_size: they open a new batch."""
+        batch = pq.open
+        if batch is None or batch.size + self._max_batch_size - BATCH_HEADER_SIZE > self._batch_limit:
+            return self._max_batch_size
+        return batch.size + self._max_batch_size - BATCH_HEADER_SIZE
 
     def _choose_partition(self, state: _TopicState, key: bytes | None) -> int:
         """The partition of a keyed record, or the user partitioner's choice (which must be one of the topic's)."""
@@ -562,10 +579,7 @@ class Producer:
         sticky = self._sticky.get(topic, all_partitions, available)
         if sticky not in queues:
             sticky = self._sticky.next(topic, all_partitions, available)
-        # KIP-480: keyless records move on when their partition's batch is full; with one
-        # partition there is nowhere to go, and the batch grows as an explicit partition's.
-        sticky_limit = self._max_batch_size if len(all_partitions) > 1 else self._batch_limit
-        state = _TopicState(all_partitions, available, queues, sticky, sticky_limit)
+        state = _TopicState(all_partitions, available, queues, sticky, self._sticky_limit(queues[sticky]))
         self._topics[topic] = state
         return state
 
@@ -857,4 +871,6 @@ class Producer:
             result.add(batch, index)
 
     def _next_sticky_queue(self, topic: str, state: _TopicState) -> PartitionQueue:
-        return state.stick_to(self._sticky.next(topic, state.all_partitions, state.available, state.sticky))
+        pq = state.stick_to(self._sticky.next(topic, state.all_partitions, state.available, state.sticky))
+        state.sticky_limit = self._sticky_limit(pq)
+        return pq
