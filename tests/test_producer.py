@@ -422,6 +422,32 @@ async def test_retries_across_a_broker_restart(broker_min_process: BrokerMinProc
     assert [r.value for r in records] == [b"before"] + [f"during-{i}".encode() for i in range(10)]
 
 
+async def test_records_sent_during_an_outage_keep_their_own_delivery_timeout(
+    broker_min_process: BrokerMinProcess, topic: str
+) -> None:
+    """A full batch keeps growing until the sender takes it, but not one the sender cannot send:
+    a record sent a while into an outage starts a batch (and a delivery timeout) of its own."""
+    settings = {"request_timeout_ms": 500, "delivery_timeout_ms": 2000, "retry_backoff_ms": 50}
+    producer = Producer(bootstrap_servers=broker_min_process.bootstrap_servers, **settings)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, b"before")
+        broker_min_process.kill()
+        await asyncio.sleep(0.5)  # the connection is seen closed: the next batch waits, unsent
+        first = await producer.send(topic, b"early")
+        await asyncio.sleep(1.2)
+        second = await producer.send(topic, b"late")
+        with pytest.raises(KafkaTimeoutError):
+            await first
+        failed_at = time.monotonic()
+        assert not second.done()  # not expired with the first one's batch
+        with pytest.raises(KafkaTimeoutError):
+            await second
+        assert time.monotonic() - failed_at > 0.8
+    finally:
+        await producer.stop()
+
+
 async def test_delivery_timeout_fails_records(broker_min_process: BrokerMinProcess, topic: str) -> None:
     settings = {"request_timeout_ms": 500, "delivery_timeout_ms": 1500, "retry_backoff_ms": 50}
     producer = Producer(bootstrap_servers=broker_min_process.bootstrap_servers, **settings)

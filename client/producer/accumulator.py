@@ -536,6 +536,15 @@ class Accumulator:
         self.wake_sender()
         return batch
 
+    def seal(self, pq: PartitionQueue) -> None:
+        """Stop ``pq``'s open batch taking records: later ones open a new batch.
+
+        The sender seals the ready batches it cannot send (no leader, no connection), so
+        that during an outage a full batch stops growing (see Producer._batch_limit) and
+        records sent later do not share its creation time, and so its delivery timeout.
+        """
+        pq.open = None
+
     def append(
         self,
         pq: PartitionQueue,

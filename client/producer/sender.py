@@ -249,6 +249,7 @@ class Sender:
                     continue
                 leader = metadata.leader_for(pq.tp)
                 if leader is None:
+                    acc.seal(pq)
                     need_metadata = True
                     next_at = min(next_at, now + self._retry_backoff)
                     continue
@@ -260,6 +261,8 @@ class Sender:
         for node_id, queues in by_node.items():
             conn = self._connections.get(node_id)
             if conn is None or not conn.connected:
+                for pq in queues:
+                    acc.seal(pq)
                 self._connect(node_id)
                 continue
             await self._send_to(node_id, conn, queues, now)
