@@ -14,7 +14,7 @@ import pytest
 from kafkakit import Consumer, Producer, RecordMetadata, TopicPartition
 from kafkakit.errors import KafkaError
 from kafkakit.producer import producer as producer_module
-from kafkakit.producer.accumulator import FUTURES_REUSABLE, RecordFuture
+from kafkakit.producer.record_future import FUTURES_REUSABLE, RecordFuture
 
 from tests.brokers import BrokerMinServer
 
@@ -138,7 +138,7 @@ async def _delivery_errors(producer: Producer, topic: str, big: bytes) -> None:
 
 async def test_send_builds_its_future_like_the_constructor(producer: Producer, topic: str) -> None:
     """send() inlines RecordFuture.of (speed): every slot must still be set alike."""
-    from kafkakit.producer.accumulator import RecordFuture
+    from kafkakit.producer.record_future import RecordFuture
 
     sent = await producer.send(topic, b"v", partition=0, timestamp_ms=1234)
     built = RecordFuture.of(sent._batch, sent._delta, 1234)

@@ -11,7 +11,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kafkakit.metrics import Metrics
-from kafkakit.producer.accumulator import Accumulator, PartitionQueue, ProducerBatch, RecordFuture
+from kafkakit.producer.accumulator import Accumulator, PartitionQueue, ProducerBatch
+from kafkakit.producer.record_future import RecordFuture
 from kafkakit.records import Compression
 from kafkakit.structs import Header, RecordMetadata
 

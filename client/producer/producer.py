@@ -43,19 +43,17 @@ from kafkakit.metrics import Metrics, NetworkMetrics, metrics_enabled
 from kafkakit.net.security import OAuthTokenProvider, SecurityConfig
 from kafkakit.producer.accumulator import (
     BATCH_HEADER_SIZE,
-    FUTURES_REUSABLE,
     RECORD_MEMORY_OVERHEAD,
     RECORD_OVERHEAD,
-    STAMPS_PER_MS,
     Accumulator,
     PartitionQueue,
     ProducerBatch,
-    RecordFuture,
 )
 from kafkakit.producer.bulk_input import BulkInput, bulk_input, cut_batches
 from kafkakit.producer.idempotence import ProducerIdentity
 from kafkakit.producer.instrumentation import ProducerMetrics, SendHook, attach, hooked_send
 from kafkakit.producer.partitioner import Partitioner, StickyPartitions, partition_for_key
+from kafkakit.producer.record_future import FUTURES_REUSABLE, STAMPS_PER_MS, RecordFuture
 from kafkakit.producer.record_input import BULK_RECORD_OVERHEAD, as_bytes, check_headers, encode_bulk_chunk
 from kafkakit.producer.send_batch_result import SendBatchFuture, SendBatchResult
 from kafkakit.producer.sender import Sender

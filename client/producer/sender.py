@@ -64,7 +64,7 @@ from kafkakit.errors import (
     for_code,
 )
 from kafkakit.net.connection import BrokerConnection
-from kafkakit.producer.accumulator import STAMPS_PER_MS, Accumulator, PartitionQueue, ProducerBatch
+from kafkakit.producer.accumulator import Accumulator, PartitionQueue, ProducerBatch
 from kafkakit.producer.idempotence import (
     FENCING_CODES,
     ProducerIdentity,
@@ -72,6 +72,7 @@ from kafkakit.producer.idempotence import (
     next_sequence,
     stamp_batch,
 )
+from kafkakit.producer.record_future import STAMPS_PER_MS
 from kafkakit.producer.transactions import choose_version
 from kafkakit.protocol.build import make_request, millis
 from kafkakit.protocol.framing import ApiKey
