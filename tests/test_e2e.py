@@ -61,9 +61,9 @@ async def test_roundtrip_every_codec(broker, codec: str | None) -> None:
 async def test_keyed_records_spread_over_partitions_like_java(broker, monkeypatch) -> None:
     """Each key lands where Java puts it, also when the producer's memory of recent keys (made
     small here) is cleared while the keys come round again."""
-    from kafkakit.producer import producer as producer_module
+    from kafkakit.producer import topic_state
 
-    monkeypatch.setattr(producer_module, "KEYS_REMEMBERED", 16)
+    monkeypatch.setattr(topic_state, "KEYS_REMEMBERED", 16)
     topic = _name("keyed")
     await _create(broker.bootstrap_servers, topic, partitions=6)
     keys = [f"key-{i % 120}".encode() for i in range(300)]  # 120 keys, most sent 2-3 times

@@ -58,6 +58,7 @@ from kafkakit.producer.record_input import BULK_RECORD_OVERHEAD, as_bytes, check
 from kafkakit.producer.send_batch_result import SendBatchFuture, SendBatchResult
 from kafkakit.producer.sender import Sender
 from kafkakit.producer.settings import check_settings
+from kafkakit.producer.topic_state import TopicState
 from kafkakit.producer.transactions import TransactionHandle, TransactionManager, TransactionState
 from kafkakit.protocol.framing import ApiKey
 from kafkakit.records import Compression
@@ -72,56 +73,6 @@ __all__ = ["Producer", "RecordFuture", "SendBatchFuture", "SendBatchResult", "Tr
 
 #: Room left in a bulk batch for the Produce request around it.
 _REQUEST_OVERHEAD = 512
-
-
-#: Keys whose partition queue a topic remembers (see _TopicState.by_key): about 1.5 MB for
-#: 16-byte keys, and hashing a new key in Python costs about 3.5 us.
-KEYS_REMEMBERED = 16384
-
-
-class _TopicState:
-    """What the hot path needs about one topic, rebuilt after every metadata refresh."""
-
-    __slots__ = (
-        "all_partitions", "available", "queues", "ordered_queues", "sticky", "sticky_queue", "sticky_limit", "by_key",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        all_partitions: list[int],
-        available: list[int],
-        queues: dict[int, PartitionQueue],
-        sticky: int,
-        sticky_limit: int,
-    ) -> None:
-        self.all_partitions = all_partitions
-        self.available = available
-        self.queues = queues
-        self.ordered_queues = [queues[p] for p in all_partitions]  # by index into all_partitions
-        self.sticky = sticky  # the partition keyless records go to (KIP-480), and its queue
-        self.sticky_queue = queues[sticky]
-        # KIP-480: the size of the sticky partition's open batch up to which keyless records
-        # stay (Producer._sticky_limit: a batch's worth after those it held when they came).
-        self.sticky_limit = sticky_limit
-        #: The queue of each recently sent key (the default partitioner): a dict lookup costs
-        #: a tenth of hashing the key again, and most applications send many records per key.
-        self.by_key: dict[bytes, PartitionQueue] = {}
-
-    def stick_to(self, partition: int) -> PartitionQueue:
-        """Send keyless records to ``partition`` from now on; returns its queue."""
-        self.sticky = partition
-        pq = self.sticky_queue = self.queues[partition]
-        return pq
-
-    def queue_for_key(self, key: bytes) -> PartitionQueue:
-        """The queue of ``key``'s partition (Java's murmur2 placement), remembered for its next record."""
-        ordered = self.ordered_queues
-        pq = ordered[partition_for_key(key, len(ordered))]
-        by_key = self.by_key
-        if len(by_key) >= KEYS_REMEMBERED:
-            by_key.clear()  # cheaper than an LRU, and a key sent often is soon back
-        by_key[key] = pq
-        return pq
 
 
 class Producer:
@@ -283,7 +234,7 @@ class Producer:
         )
         if self._metrics is not None:
             attach(self._sender, self._acc, ProducerMetrics(self._metrics, self._acc))
-        self._topics: dict[str, _TopicState] = {}
+        self._topics: dict[str, TopicState] = {}
         # The futures of the last two send() calls, for reuse (see send()).
         self._old_future: RecordFuture | None = None
         self._older_future: RecordFuture | None = None
@@ -528,7 +479,7 @@ class Producer:
         pending = await self.send(topic, value, key, partition, timestamp_ms, headers)
         return await pending
 
-    def _switch_sticky(self, topic: str, state: _TopicState) -> PartitionQueue:
+    def _switch_sticky(self, topic: str, state: TopicState) -> PartitionQueue:
         """Move ``topic``'s keyless records to a new sticky partition (KIP-480: they filled a
         batch's worth where they were, or its batch is gone), for a batch's worth there."""
         if len(state.all_partitions) > 1:
@@ -548,7 +499,7 @@ class Producer:
             return self._max_batch_size
         return batch.size + self._max_batch_size - BATCH_HEADER_SIZE
 
-    def _choose_partition(self, state: _TopicState, key: bytes | None) -> int:
+    def _choose_partition(self, state: TopicState, key: bytes | None) -> int:
         """The partition of a keyed record, or the user partitioner's choice (which must be one of the topic's)."""
         if self._partitioner is not None:
             partition = self._partitioner(key, state.all_partitions, state.available)
@@ -560,7 +511,7 @@ class Producer:
         assert key is not None
         return state.all_partitions[partition_for_key(key, len(state.all_partitions))]
 
-    async def _topic_state(self, topic: str) -> _TopicState:
+    async def _topic_state(self, topic: str) -> TopicState:
         """Partition lists of ``topic`` from the metadata cache (fetching them when unknown)."""
         if not isinstance(topic, str) or not topic:
             raise TypeError(f"topic must be a non-empty str, not {topic!r}")
@@ -577,7 +528,7 @@ class Producer:
         sticky = self._sticky.get(topic, all_partitions, available)
         if sticky not in queues:
             sticky = self._sticky.next(topic, all_partitions, available)
-        state = _TopicState(all_partitions, available, queues, sticky, self._sticky_limit(queues[sticky]))
+        state = TopicState(all_partitions, available, queues, sticky, self._sticky_limit(queues[sticky]))
         self._topics[topic] = state
         return state
 
@@ -811,7 +762,7 @@ class Producer:
     def _bulk_routes(
         self,
         topic: str,
-        state: _TopicState,
+        state: TopicState,
         keys: list[bytes | None] | None,
         partition: int | None,
         count: int,
@@ -849,7 +800,7 @@ class Producer:
     async def _enqueue_chunks(
         self,
         topic: str,
-        state: _TopicState,
+        state: TopicState,
         pq: PartitionQueue | None,
         positions: range | list[int],
         bulk: BulkInput,
@@ -868,7 +819,7 @@ class Producer:
             batch = self._acc.append_encoded(target, data, len(index), bulk.timestamp_ms, size, reserved)
             result.add(batch, index)
 
-    def _next_sticky_queue(self, topic: str, state: _TopicState) -> PartitionQueue:
+    def _next_sticky_queue(self, topic: str, state: TopicState) -> PartitionQueue:
         pq = state.stick_to(self._sticky.next(topic, state.all_partitions, state.available, state.sticky))
         state.sticky_limit = self._sticky_limit(pq)
         return pq
