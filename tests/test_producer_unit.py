@@ -209,6 +209,22 @@ async def test_a_failed_part_fails_every_record_of_the_split_batch() -> None:
         await futures[0]  # its own part was written, but the batch's records fail together
 
 
+async def test_a_retried_part_goes_back_ahead_of_the_later_parts() -> None:
+    """A part of a split batch put back for a retry is sent before the parts after it (the
+    parts share the batch's number in the queue), so max_in_flight=1 keeps the order."""
+    acc = _accumulator()
+    acc.batch_limit = 50_000
+    pq = acc.queue("t", 0)
+    await acc.reserve(6 * (314 + RECORD_MEMORY_OVERHEAD))
+    for _ in range(6):
+        acc.append(pq, None, b"x" * 300, 0, (), 314)
+    acc.split(pq, acc.take(pq))
+    parts = list(pq.batches)
+    first = acc.take(pq)
+    acc.requeue(pq, first)  # a retriable error
+    assert list(pq.batches) == parts
+
+
 async def test_a_batch_within_max_batch_size_is_not_split() -> None:
     acc = _accumulator()
     pq = acc.queue("t", 0)

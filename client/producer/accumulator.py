@@ -208,6 +208,13 @@ class _Split:
         return self.waiting == 0
 
 
+def _queue_order(batch: ProducerBatch) -> tuple[int, int]:
+    """Where ``batch`` belongs in its partition's queue: creation order, then (the parts of a
+    split batch share its number) the part's place in the batch."""
+    split = batch.split_from
+    return (batch.seq, split.parts.index(batch) if split is not None else -1)
+
+
 def _index_slice(by_index: dict[int, Any] | None, first: int, stop: int) -> dict[int, Any] | None:
     """The entries of ``by_index`` (keys or headers by record index) for records first..stop-1, re-indexed from 0."""
     if not by_index:
@@ -495,9 +502,10 @@ class Accumulator:
         """Put a batch back for a retry, ahead of every younger batch of its partition."""
         pq.in_flight -= 1
         batches = pq.batches
+        place = _queue_order(batch)
         index = 0
         for index, queued in enumerate(batches):  # noqa: B007 - index is used after the loop
-            if queued.seq > batch.seq:
+            if _queue_order(queued) > place:
                 break
         else:
             index = len(batches)
