@@ -433,6 +433,11 @@ class KafkaServer:
             "group.initial.rebalance.delay.ms": "0",
             # The log cleaner looks for work every 15 s by default: too slow for compaction tests.
             "log.cleaner.backoff.ms": "500",
+            # Tests write records with fixed CreateTimes years old (2023 and earlier). With the
+            # default 7-day retention, the retention check (every 5 min) deleted them mid-test
+            # whenever it came between a write and a read: a Spark source test then failed
+            # with "records 25..29 ... were deleted before they were read (log start offset 30)".
+            "log.retention.ms": "-1",
             "num.network.threads": "2",
             "num.io.threads": "2",
             "num.recovery.threads.per.data.dir": "1",

@@ -63,10 +63,13 @@ def broker_min(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerMinSe
     Available whatever KAFKAKIT_TEST_BROKERS says: broker-specific tests use it directly.
     """
     # KIP-848 groups as on the Kafka fixture (tests/brokers.py): 500 ms heartbeats, 6 s sessions.
+    # No time-based retention, as on the Kafka fixture: tests write records with CreateTimes
+    # years old, which the 5-minute retention check would delete between a write and a read.
     server = BrokerMinServer(
         tmp_path_factory.mktemp("broker_min"),
         group_consumer_heartbeat_interval_ms=500,
         group_consumer_session_timeout_ms=6000,
+        log_retention_ms=-1,
     )
     server.start()
     yield server
