@@ -26,6 +26,7 @@ from typing import Any
 from kafkakit.errors import KafkaError, KafkaTimeoutError
 from kafkakit.producer.record_future import SENT_IN_PARTS, STAMPS_PER_MS, CancelledState, RecordFuture
 from kafkakit.records import Compression, encode_queued_batches
+from kafkakit.records.encoder import queued_columns
 from kafkakit.records.gcpolicy import gc_paused
 from kafkakit.structs import Header, TopicPartition
 
@@ -221,17 +222,6 @@ def _index_slice(by_index: dict[int, Any] | None, first: int, stop: int) -> dict
         return None
     part = {index - first: item for index, item in by_index.items() if first <= index < stop}
     return part or None
-
-
-def _record_fields(batch: ProducerBatch) -> tuple[list[Any], list[Any], list[Any]]:
-    count = len(batch.values)
-    keys: list[Any] = [None] * count
-    for index, key in (batch.keys or {}).items():
-        keys[index] = key
-    headers: list[Any] = [()] * count
-    for index, record_headers in (batch.headers or {}).items():
-        headers[index] = record_headers
-    return batch.values, keys, headers
 
 
 def _record_size(value: bytes | None, key: bytes | None, headers: Any) -> int:
@@ -532,7 +522,7 @@ class Accumulator:
             part.keys = _index_slice(batch.keys, first, stop)
             part.headers = _index_slice(batch.headers, first, stop)
             part.record_count = stop - first
-            part.size = BATCH_HEADER_SIZE + sum(map(_record_size, *_record_fields(part)))
+            part.size = BATCH_HEADER_SIZE + sum(map(_record_size, *queued_columns(part)))
             part.reserved = 0  # the memory stays with the batch until it completes
             part.solo = True
             part.split_from = split
@@ -552,7 +542,7 @@ class Accumulator:
             return []  # a pre-encoded bulk batch
         cuts: list[tuple[int, int]] = []
         first, size = 0, BATCH_HEADER_SIZE
-        for index, record_size in enumerate(map(_record_size, *_record_fields(batch))):
+        for index, record_size in enumerate(map(_record_size, *queued_columns(batch))):
             if size + record_size > self.max_batch_size and index > first:
                 cuts.append((first, index))
                 first, size = index, BATCH_HEADER_SIZE

@@ -462,17 +462,23 @@ def encode_queued_batches(
     )
 
 
+def queued_columns(part: QueuedRecords) -> tuple[Sequence[Any], list[Any], list[Any]]:
+    """``part``'s values, and its keys (None) and headers (()) as one entry per record."""
+    count = len(part.values)
+    keys: list[Any] = [None] * count
+    for index, key in (part.keys or {}).items():
+        keys[index] = key
+    headers: list[Any] = [()] * count
+    for index, record_headers in (part.headers or {}).items():
+        headers[index] = record_headers
+    return part.values, keys, headers
+
+
 def _record_tuples(parts: Sequence[QueuedRecords], stamps_per_ms: int) -> list[RecordTuple]:
     """The records of ``parts`` as tuples, timestamps in milliseconds: the reference loop's input."""
     records: list[RecordTuple] = []
     for part in parts:
-        count = len(part.values)
-        keys: list[Any] = [None] * count
-        for index, key in (part.keys or {}).items():
-            keys[index] = key
-        headers: list[Any] = [()] * count
-        for index, record_headers in (part.headers or {}).items():
-            headers[index] = record_headers
+        _, keys, headers = queued_columns(part)
         stamps = part.stamps if stamps_per_ms == 1 else [_to_ms(ts, stamps_per_ms) for ts in part.stamps]
         records += zip(keys, part.values, stamps, headers, strict=True)
     return records
