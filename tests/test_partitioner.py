@@ -15,6 +15,7 @@ from kafkakit.producer.partitioner import (
     murmur2,
     murmur2_reference,
     partition_for_key,
+    partitions_for_keys,
 )
 
 # Apache Kafka's UtilsTest.testMurmur2 (clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java).
@@ -132,3 +133,21 @@ def test_sticky_switch_spreads_over_available_partitions() -> None:
 def test_sticky_with_one_partition() -> None:
     sticky = StickyPartitions()
     assert sticky.next("t", [0], [0], 0) == 0
+
+
+@given(st.lists(st.binary(max_size=40), max_size=80), st.sampled_from(PARTITION_COUNTS))
+def test_partitions_for_keys_matches_one_key_at_a_time(keys: list[bytes], partitions: int) -> None:
+    """The vectorised hash (mixed lengths, tails of 0-3 bytes, under and over the vector threshold)."""
+    assert partitions_for_keys(keys, partitions) == [partition_for_key(key, partitions) for key in keys]
+
+
+@pytest.mark.parametrize("length", [0, 1, 4, 11, 16, 33])
+def test_partitions_for_keys_of_one_length(length: int) -> None:
+    keys = [bytes([i, 255 - i]) * (length // 2) + bytes([i]) * (length % 2) for i in range(200)]
+    assert partitions_for_keys(keys, 100) == [partition_for_key(key, 100) for key in keys]
+
+
+def test_partitions_for_keys_matches_java() -> None:
+    keys = [key.encode() for key in JAVA_PARTITIONS] * 3  # over the vector threshold
+    for column, n in enumerate(PARTITION_COUNTS):
+        assert partitions_for_keys(keys, n) == [JAVA_PARTITIONS[k.decode()][column] for k in keys]

@@ -21,7 +21,7 @@ import time
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from kafkakit.errors import KafkaError, KafkaTimeoutError
 from kafkakit.producer.record_future import SENT_IN_PARTS, STAMPS_PER_MS, CancelledState, RecordFuture
@@ -50,6 +50,13 @@ SPARE_LISTS = 2048
 #: Taken from ``Accumulator.free`` while a send waits for memory, so that the hot path's one
 #: comparison (``free - charge >= 0``) also keeps later sends behind the waiting ones.
 _WAITERS_GATE = 1 << 62
+
+
+class Unplaced(Protocol):
+    """Records queued before their partition is chosen (kafkakit.producer.key_placement)."""
+
+    def place(self) -> None:
+        """Append them to their partitions' batches, and stop being listed in ``Accumulator.unplaced``."""
 
 
 class ProducerBatch:
@@ -290,6 +297,8 @@ class Accumulator:
         # 16 KiB batches that was 6% of send()'s time. A reused list is old; filling it costs
         # the collector nothing until a full collection.
         self._spare_lists: list[list[Any]] = []
+        #: Keyed records waiting for their partition (each places itself, and leaves this list).
+        self.unplaced: list[Unplaced] = []
 
     # -- adding records --------------------------------------------------------
 
@@ -322,6 +331,12 @@ class Accumulator:
         # learn this batch's linger deadline (it may be asleep with nothing to wait for).
         self.wake_sender()
         return batch
+
+    def place_unplaced(self) -> None:
+        """Queue the records still waiting for a partition (before draining, failing or waiting for batches)."""
+        unplaced = self.unplaced
+        while unplaced:
+            unplaced[0].place()
 
     def seal(self, pq: PartitionQueue) -> None:
         """Stop ``pq``'s open batch taking records: later ones open a new batch.
@@ -687,6 +702,7 @@ class Accumulator:
         Returns whether one of them had a sequence number (a retry), i.e. left a gap.
         """
         sequenced = False
+        self.place_unplaced()
         for by_partition in self.queues.values():
             for pq in by_partition.values():
                 if where is not None and not where(pq):
@@ -710,6 +726,7 @@ class Accumulator:
 
     def pending_futures(self) -> list[asyncio.Future[BatchResult]]:
         """Futures of every batch not yet completed (queued or in flight)."""
+        self.place_unplaced()
         return [b.future for b in self._incomplete]
 
     @property
@@ -718,6 +735,7 @@ class Accumulator:
 
     def abort_all(self, error: KafkaError) -> None:
         """Fail every batch still queued (used when the producer is closed without flushing)."""
+        self.place_unplaced()
         for by_partition in self.queues.values():
             for pq in by_partition.values():
                 while pq.batches:

@@ -14,12 +14,16 @@ import random
 import struct
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 #: The user-supplied partitioner: ``(key_bytes, all_partitions, available_partitions) -> partition``.
 Partitioner = Callable[[bytes | None, Sequence[int], Sequence[int]], int]
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
 _MASK = 0xFFFFFFFF
+#: Below this many keys, partitions_for_keys hashes one at a time (numpy's set-up costs more).
+_VECTOR_MIN_KEYS = 16
 _word_readers: dict[int, Callable[[bytes], tuple[int, ...]]] = {}
 
 
@@ -89,6 +93,52 @@ def murmur2_reference(data: bytes) -> int:
 def partition_for_key(key: bytes, num_partitions: int) -> int:
     """The partition Java's default partitioner picks for ``key`` (``toPositive(murmur2) % n``)."""
     return (unsigned_murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+def partitions_for_keys(keys: Sequence[bytes], num_partitions: int) -> list[int]:
+    """:func:`partition_for_key` of many keys at once: Java's placement, vectorised.
+
+    The keys are laid out as rows of one zero-padded byte matrix read as little-endian
+    32-bit words, so each murmur2 step is one numpy operation over all keys (``uint32``
+    arithmetic wraps as Java's ``int`` does). A key's tail bytes, followed by the padding,
+    read as exactly the int murmur2 XORs in. About 0.1 us a key for a thousand 11-byte keys
+    against 3.5 us for :func:`unsigned_murmur2` (the producer places keys it has not seen
+    recently this way, see ``kafkakit.producer.key_placement``).
+    """
+    count = len(keys)
+    if count < _VECTOR_MIN_KEYS:
+        return [(unsigned_murmur2(key) & 0x7FFFFFFF) % num_partitions for key in keys]
+    lengths = np.fromiter(map(len, keys), dtype=np.int64, count=count)
+    joined = np.frombuffer(b"".join(keys), dtype=np.uint8)
+    longest = int(lengths.max())
+    width = (longest >> 2) + 1  # words per row: every full word plus the tail (or zero) word
+    if int(lengths.min()) == longest:
+        rows = np.zeros((count, width * 4), dtype=np.uint8)
+        rows[:, :longest] = joined.reshape(count, longest)
+    else:
+        starts = np.zeros(count, dtype=np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        row_of_byte = np.repeat(np.arange(count), lengths)
+        column_of_byte = np.arange(len(joined)) - np.repeat(starts, lengths)
+        rows = np.zeros((count, width * 4), dtype=np.uint8)
+        rows[row_of_byte, column_of_byte] = joined
+    words = rows.view("<u4")  # (count, width)
+    m = np.uint32(_M)
+    full_words = lengths >> 2
+    h = np.uint32(_SEED) ^ lengths.astype(np.uint32)
+    uniform = int(lengths.min()) >> 2 == longest >> 2
+    for column in range(longest >> 2):
+        k = words[:, column] * m
+        k = (k ^ (k >> np.uint32(24))) * m
+        mixed = (h * m) ^ k
+        h = mixed if uniform else np.where(full_words > column, mixed, h)
+    tails = lengths & 3
+    tail_words = words[np.arange(count), full_words]
+    h = np.where(tails > 0, (h ^ tail_words) * m, h)
+    h ^= h >> np.uint32(13)
+    h *= m
+    h ^= h >> np.uint32(15)
+    return ((h & np.uint32(0x7FFFFFFF)) % np.uint32(num_partitions)).tolist()  # type: ignore[no-any-return]
 
 
 def default_partitioner(key: bytes | None, all_partitions: Sequence[int], available: Sequence[int]) -> int:

@@ -337,6 +337,7 @@ class Producer:
 
     def _forget_topics(self) -> None:
         # Partition counts or leaders may have changed: rebuild topic states lazily.
+        self._acc.place_unplaced()  # with the partitions they were sent under
         self._topics.clear()
 
     # -- sending one record ------------------------------------------------------
@@ -394,13 +395,15 @@ class Producer:
                 batch = pq.open
                 limit = state.sticky_limit
                 if batch is None or batch.size + size > limit:
-                    pq = self._switch_sticky(topic, state)
+                    pq = self._switch_sticky(topic, state, size)
                     batch = None
                     limit = state.sticky_limit
             elif self._partitioner is None:
-                pq = state.by_key.get(key)  # not a subscript in a try: misses are common (unique keys)
+                pq = state.single
                 if pq is None:
-                    pq = state.queue_for_key(key)  # type: ignore[arg-type]  # key is not None here
+                    # None for a key not seen lately: the record is parked (below) and placed
+                    # with others, its key hashed in one vectorised pass (key_placement.py).
+                    pq = state.by_key.get(key)  # not a subscript in a try: misses are common (unique keys)
                 batch = None
                 limit = self._batch_limit
             else:
@@ -409,11 +412,11 @@ class Producer:
                 limit = self._batch_limit
         else:
             try:
-                pq = state.queues[partition]
+                pq = state.send_queues[partition]  # empty while keyed records are parked
             except KeyError:
                 pq = None
             if pq is None:
-                pq = await self._explicit_partition(topic, partition)
+                pq = await self._explicit_partition(topic, partition, state)
             batch = None
             limit = self._batch_limit
         if timestamp_ms is None:
@@ -432,6 +435,15 @@ class Producer:
             batch = None  # the sender may have taken it meanwhile
         # Accumulator.append, inlined: this is the per-record hot path.
         if batch is None:
+            if pq is None:  # a key whose partition is not known yet
+                unplaced = state.unplaced
+                if unplaced is None:
+                    unplaced = state.park(topic, acc)
+                parked = unplaced.add(key, value, stamp, size, headers, self._older_future)  # type: ignore[arg-type]
+                self._older_future = self._old_future  # (key is bytes here)
+                if FUTURES_REUSABLE:
+                    self._old_future = parked
+                return parked
             batch = pq.open
             if batch is None or batch.size + size > limit:
                 batch = acc.new_batch(pq)
@@ -479,9 +491,18 @@ class Producer:
         pending = await self.send(topic, value, key, partition, timestamp_ms, headers)
         return await pending
 
-    def _switch_sticky(self, topic: str, state: TopicState) -> PartitionQueue:
+    def _switch_sticky(self, topic: str, state: TopicState, size: int) -> PartitionQueue:
         """Move ``topic``'s keyless records to a new sticky partition (KIP-480: they filled a
-        batch's worth where they were, or its batch is gone), for a batch's worth there."""
+        batch's worth where they were, or its batch is gone), for a batch's worth there.
+
+        While keyed records are parked, send() comes here for every keyless record: they are
+        placed first, and the record (``size`` bytes) stays where it was when it fits."""
+        if state.unplaced is not None:
+            state.place_parked()
+            pq = state.sticky_queue
+            batch = pq.open
+            if batch is not None and batch.size + size <= state.sticky_limit:
+                return pq
         if len(state.all_partitions) > 1:
             pq = state.stick_to(self._sticky.next(topic, state.all_partitions, state.available, state.sticky))
         else:
@@ -532,9 +553,14 @@ class Producer:
         self._topics[topic] = state
         return state
 
-    async def _explicit_partition(self, topic: str, partition: int) -> PartitionQueue:
+    async def _explicit_partition(self, topic: str, partition: int, state: TopicState) -> PartitionQueue:
         if not isinstance(partition, int) or isinstance(partition, bool):
             raise TypeError(f"partition must be an int, not {partition!r}")
+        if state.unplaced is not None:  # keyed records are parked: they queue first
+            state.place_parked()
+            pq = state.queues.get(partition)
+            if pq is not None:
+                return pq
         # The partition may have been added since the last refresh: look once more.
         await self._cluster.refresh_metadata([topic])
         self._topics.pop(topic, None)
@@ -752,6 +778,7 @@ class Producer:
         state = self._topics.get(topic)
         if state is None:
             state = await self._topic_state(topic)
+        state.place_parked()  # records sent before these queue first
         largest = max(bulk.sizes)
         if largest - BULK_RECORD_OVERHEAD + RECORD_OVERHEAD > self._max_record_size:
             raise self._too_large(largest)

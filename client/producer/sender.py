@@ -191,6 +191,11 @@ class Sender:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
+            try:
+                # Before the waiter exists: the batches this opens need not wake this cycle again.
+                self._acc.place_unplaced()
+            except Exception:
+                log.exception("placing keyed records failed")
             waiter = self._waiter = loop.create_future()
             try:
                 delay = await self._run_once()

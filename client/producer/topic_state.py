@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
-from kafkakit.producer.accumulator import PartitionQueue
-from kafkakit.producer.partitioner import partition_for_key
+from kafkakit.producer.accumulator import Accumulator, PartitionQueue
+from kafkakit.producer.key_placement import UnplacedKeys
+from kafkakit.structs import TopicPartition
 
 __all__ = ["KEYS_REMEMBERED", "TopicState"]
 
 #: Keys whose partition queue a topic remembers (see TopicState.by_key): about 1.5 MB for
 #: 16-byte keys, and hashing a new key in Python costs about 3.5 us.
 KEYS_REMEMBERED = 16384
+#: What ``TopicState.by_key`` is while keyed records are parked: every key misses.
+_NO_KEYS: dict[bytes, PartitionQueue] = {}
+#: What ``TopicState.sticky_queue`` is while keyed records are parked: it has no open
+#: batch, so a keyless record takes the slow path (Producer._switch_sticky), which places them.
+_NO_QUEUE = PartitionQueue(TopicPartition("", -1))
 
 
 class TopicState:
     """What the hot path needs about one topic, rebuilt after every metadata refresh."""
 
     __slots__ = (
-        "all_partitions", "available", "queues", "ordered_queues", "sticky", "sticky_queue", "sticky_limit", "by_key",
+        "all_partitions", "available", "queues", "ordered_queues", "send_queues", "single", "sticky",
+        "sticky_queue", "sticky_limit", "by_key", "remembered", "unplaced",
     )  # fmt: skip
 
     def __init__(
@@ -31,6 +38,11 @@ class TopicState:
         self.available = available
         self.queues = queues
         self.ordered_queues = [queues[p] for p in all_partitions]  # by index into all_partitions
+        #: The queues send() indexes by an explicit partition: ``queues``, or nothing while
+        #: keyed records are parked (then it takes the slow path, which places them first).
+        self.send_queues = queues
+        #: The one queue of a one-partition topic: every key goes there, unhashed.
+        self.single = self.ordered_queues[0] if len(all_partitions) == 1 else None
         self.sticky = sticky  # the partition keyless records go to (KIP-480), and its queue
         self.sticky_queue = queues[sticky]
         # KIP-480: the size of the sticky partition's open batch up to which keyless records
@@ -38,20 +50,50 @@ class TopicState:
         self.sticky_limit = sticky_limit
         #: The queue of each recently sent key (the default partitioner): a dict lookup costs
         #: a tenth of hashing the key again, and most applications send many records per key.
-        self.by_key: dict[bytes, PartitionQueue] = {}
+        self.remembered: dict[bytes, PartitionQueue] = {}
+        #: What send() looks keys up in: ``remembered``, or nothing while keyed records are
+        #: parked (records of remembered keys must queue behind them too).
+        self.by_key = self.remembered
+        #: Keyed records waiting for their partition (kafkakit.producer.key_placement).
+        self.unplaced: UnplacedKeys | None = None
+
+    def park(self, topic: str, acc: Accumulator) -> UnplacedKeys:
+        """Start parking keyed records of new keys; every other record now takes a slow path
+        that places them first (see kafkakit.producer.key_placement)."""
+        unplaced = self.unplaced = UnplacedKeys(topic, self, acc)
+        self.by_key = _NO_KEYS
+        self.send_queues = {}
+        self.sticky_queue = _NO_QUEUE
+        acc.unplaced.append(unplaced)
+        acc.wake_sender()  # the sender places them (and learns of their batches) on its next cycle
+        return unplaced
+
+    def unpark(self, unplaced: UnplacedKeys) -> None:
+        """``unplaced`` is being placed: send() takes its fast paths again."""
+        if self.unplaced is unplaced:
+            self.unplaced = None
+            self.by_key = self.remembered
+            self.send_queues = self.queues
+            self.sticky_queue = self.queues[self.sticky]
+
+    def place_parked(self) -> None:
+        """Place the parked keyed records, if any (before a record that must queue behind them)."""
+        if self.unplaced is not None:
+            self.unplaced.place()
+
+    def remember(self, keys: list[bytes], queues: list[PartitionQueue]) -> None:
+        """Remember the queues of just-placed keys (see ``remembered``)."""
+        remembered = self.remembered
+        if len(remembered) + len(keys) > KEYS_REMEMBERED:
+            remembered.clear()  # cheaper than an LRU, and a key sent often is soon back
+            if len(keys) > KEYS_REMEMBERED:
+                keys, queues = keys[-KEYS_REMEMBERED:], queues[-KEYS_REMEMBERED:]
+        remembered.update(zip(keys, queues, strict=True))
 
     def stick_to(self, partition: int) -> PartitionQueue:
         """Send keyless records to ``partition`` from now on; returns its queue."""
         self.sticky = partition
-        pq = self.sticky_queue = self.queues[partition]
-        return pq
-
-    def queue_for_key(self, key: bytes) -> PartitionQueue:
-        """The queue of ``key``'s partition (Java's murmur2 placement), remembered for its next record."""
-        ordered = self.ordered_queues
-        pq = ordered[partition_for_key(key, len(ordered))]
-        by_key = self.by_key
-        if len(by_key) >= KEYS_REMEMBERED:
-            by_key.clear()  # cheaper than an LRU, and a key sent often is soon back
-        by_key[key] = pq
+        pq = self.queues[partition]
+        if self.unplaced is None:
+            self.sticky_queue = pq
         return pq

@@ -1,0 +1,255 @@
+"""Keyed records whose partition is chosen later, for many keys at once.
+
+Java's default partitioner puts a key on ``murmur2(key) % partitions``. Hashing one key
+in Python costs about 3.5 us, three times the rest of ``send()``, so an application
+that sends every record with a new key (a user id, an order id, a UUID) ran at a
+quarter of librdkafka's rate. ``send()`` therefore parks a keyed record whose key's
+partition it does not remember here, with its future, and the records are placed in
+one go (:func:`~kafkakit.producer.partitioner.partitions_for_keys`, vectorised) before
+anything could observe the order of a partition's records:
+
+- before the sender drains (``Accumulator.place_unplaced``), and before a flush, an
+  abort or a failure of everything queued;
+- before any other record of the same topic is queued: while records wait here, the
+  topic's :class:`~kafkakit.producer.topic_state.TopicState` sends every keyed record
+  here too, and the keyless and explicit-partition paths to a slow path that places
+  them first (see ``TopicState.park``);
+- before the topic's metadata is forgotten.
+
+Until then a record's :class:`RecordFuture` points at a placeholder batch that never
+completes; placing moves it (and any callbacks waiting on it) to the record's real
+batch, so a failure stays with its partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Sequence
+from operator import itemgetter
+from sys import getrefcount as _getrefcount
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from kafkakit.errors import KafkaError
+from kafkakit.producer.accumulator import RECORD_MEMORY_OVERHEAD, Accumulator, ProducerBatch
+from kafkakit.producer.partitioner import partitions_for_keys
+from kafkakit.producer.record_future import RecordFuture
+from kafkakit.structs import Header, TopicPartition
+
+if TYPE_CHECKING:
+    from kafkakit.producer.topic_state import TopicState
+
+__all__ = ["GROUPED_RECORDS_PER_PARTITION", "UnplacedKeys"]
+
+#: Records per partition from which placing goes a partition at a time (slices of the
+#: columns) rather than record by record: a partition's turn costs a few numpy calls.
+GROUPED_RECORDS_PER_PARTITION = 16
+
+
+class UnplacedKeys:
+    """One topic's keyed records waiting for their partition, in send order (as columns)."""
+
+    __slots__ = ("state", "acc", "placeholder", "keys", "values", "stamps", "sizes", "headers", "futures")
+
+    def __init__(self, topic: str, state: TopicState, acc: Accumulator) -> None:
+        self.state = state
+        self.acc = acc
+        # What the records' futures point at until placed: its future never completes.
+        self.placeholder = ProducerBatch(
+            TopicPartition(topic, -1), -1, time.monotonic(), asyncio.get_running_loop().create_future()
+        )
+        self.keys: list[bytes] = []
+        self.values: list[Any] = []
+        self.stamps: list[int] = []  # nanoseconds, as in the batches (STAMPS_PER_MS)
+        self.sizes: list[int] = []  # each record's estimated size in a batch (send()'s ``size``)
+        self.headers: dict[int, Sequence[Header]] = {}  # by index, only the records that have them
+        self.futures: list[RecordFuture | None] = []  # None: nothing holds the record's future
+
+    def add(
+        self,
+        key: bytes,
+        value: Any,
+        stamp: int,
+        size: int,
+        headers: Sequence[Header] | None,
+        spare: RecordFuture | None,
+    ) -> RecordFuture:
+        """Park one record (its buffer memory already taken); returns its future.
+
+        ``spare`` is the producer's future of the send before last (Producer.send), taken
+        for this record when nothing else holds it: parked futures all live until placed,
+        and building a new one for each record cost 15% in the young-generation collections
+        they went through.
+        """
+        values = self.values
+        index = len(values)
+        values.append(value)
+        self.keys.append(key)
+        self.stamps.append(stamp)
+        self.sizes.append(size)
+        if headers:
+            self.headers[index] = headers
+        futures = self.futures
+        # References to ``spare``: the producer's slot, this parameter and getrefcount's
+        # argument, plus our list's when it is parked here (nothing else: the application,
+        # a callback or a waiters list would add one).
+        if spare is None:
+            future = RecordFuture()
+        elif spare._batch is self.placeholder:
+            if _getrefcount(spare) == 4:
+                futures[spare._delta] = None  # its record is placed without a future
+                future = spare
+            else:
+                future = RecordFuture()
+        elif _getrefcount(spare) == 3:
+            future = spare
+        else:
+            future = RecordFuture()
+        # RecordFuture.of, inlined (send()'s path): keep in step.
+        future._batch = self.placeholder
+        future._delta = index
+        future._timestamp = stamp
+        future._state = None
+        future._asyncio_future_blocking = False
+        futures.append(future)
+        return future
+
+    def place(self) -> None:
+        """Append every parked record to its partition's open batch, in send order."""
+        state = self.state
+        state.unpark(self)
+        self.acc.unplaced.remove(self)
+        self._place_all()
+        self._move_waiters()
+
+    def _place_all(self) -> None:
+        state = self.state
+        keys = self.keys
+        queues = state.ordered_queues
+        partitions = partitions_for_keys(keys, len(queues)) if len(queues) > 1 else [0] * len(keys)
+        state.remember(keys, list(map(queues.__getitem__, partitions)))
+        counts = np.bincount(np.array(partitions, dtype=np.int64), minlength=len(queues))
+        used = np.flatnonzero(counts)
+        if len(keys) >= GROUPED_RECORDS_PER_PARTITION * len(used):
+            self._place_grouped(partitions, counts, used.tolist())
+        else:
+            self._place_one_by_one(partitions)
+
+    def _place_one_by_one(self, partitions: list[int]) -> None:
+        """Each record in turn (few records per partition: grouping costs more)."""
+        queues = self.state.ordered_queues
+        limit = self.acc.batch_limit
+        new_batch = self.acc.new_batch
+        keys, values, stamps, sizes = self.keys, self.values, self.stamps, self.sizes
+        futures, headers = self.futures, self.headers
+        index = 0
+        try:
+            for index, partition in enumerate(partitions):
+                pq = queues[partition]
+                batch = pq.open
+                size = sizes[index]
+                if batch is None or batch.size + size > limit:
+                    batch = new_batch(pq)
+                batch_values = batch.values
+                delta = len(batch_values)
+                batch_values.append(values[index])
+                batch.stamps.append(stamps[index])
+                if headers and index in headers:
+                    batch.add_key_and_headers(delta, keys[index], headers[index])
+                else:
+                    batch_keys = batch.keys
+                    if batch_keys is None:
+                        batch_keys = batch.keys = {}
+                    batch_keys[delta] = keys[index]
+                batch.size += size
+                future = futures[index]
+                if future is not None:
+                    future._batch = batch
+                    future._delta = delta
+        except BaseException as exc:
+            self._fail(range(index, len(partitions)), exc)
+            raise
+
+    def _place_grouped(self, partitions: list[int], counts: Any, used: list[int]) -> None:
+        """A partition's records at a time, each batch's share appended by slices of the columns."""
+        order = np.argsort(np.array(partitions, dtype=np.int64), kind="stable")  # send order within a partition
+        ends = np.cumsum(counts).tolist()
+        counts = counts.tolist()
+        cumulative = np.cumsum(np.array(self.sizes, dtype=np.int64)[order])  # bytes up to each record, in order
+        order = order.tolist()
+        done = 0  # records of ``order`` placed
+        try:
+            for partition in used:
+                start, end = ends[partition] - counts[partition], ends[partition]
+                while start < end:
+                    start = done = self._place_chunk(partition, order, cumulative, start, end)
+        except BaseException as exc:
+            self._fail(order[done:], exc)
+            raise
+
+    def _place_chunk(self, partition: int, order: list[int], cumulative: Any, start: int, end: int) -> int:
+        """Append records ``order[start:end]`` (one partition's) to its open batch while they
+        fit, opening one when needed; returns where the next chunk starts."""
+        pq = self.state.ordered_queues[partition]
+        limit = self.acc.batch_limit
+        before = int(cumulative[start - 1]) if start else 0
+        batch = pq.open
+        if batch is None or batch.size + int(cumulative[start]) - before > limit:
+            batch = self.acc.new_batch(pq)
+        # Records up to the last whose running size still fits (at least one: an oversized record opens its own batch).
+        stop = int(np.searchsorted(cumulative[start:end], before + limit - batch.size, side="right")) + start
+        stop = max(stop, start + 1)
+        chunk = order[start:stop]
+        take = itemgetter(*chunk) if len(chunk) > 1 else _one(chunk[0])
+        first = len(batch.values)
+        batch.values.extend(take(self.values))
+        batch.stamps.extend(take(self.stamps))
+        deltas = range(first, first + len(chunk))
+        batch_keys = batch.keys
+        if batch_keys is None:
+            batch_keys = batch.keys = {}
+        batch_keys.update(zip(deltas, take(self.keys), strict=True))
+        headers = self.headers
+        if headers:
+            for delta, index in zip(deltas, chunk, strict=True):
+                if index in headers:
+                    batch.add_key_and_headers(delta, None, headers[index])
+        batch.size += int(cumulative[stop - 1]) - before
+        for future, delta in zip(take(self.futures), deltas, strict=True):
+            if future is not None:
+                future._batch = batch
+                future._delta = delta
+        return stop
+
+    def _fail(self, unplaced: Iterable[int], exc: BaseException) -> None:
+        """Placing failed (a bug, or no memory): the records not placed fail, and give back
+        their buffer memory."""
+        sizes = self.sizes
+        records = [sizes[index] for index in unplaced]
+        self.acc.release(sum(records) + len(records) * RECORD_MEMORY_OVERHEAD)
+        self._move_waiters()
+        self.placeholder.future.set_exception(KafkaError(f"placing keyed records by partition failed: {exc!r}"))
+
+    def _move_waiters(self) -> None:
+        """Futures that got callbacks while parked now wait on their real batch (those not
+        placed stay, for the placeholder's failure)."""
+        placeholder = self.placeholder
+        waiters = placeholder.waiters
+        if not waiters:
+            return
+        kept = []
+        for future in waiters:
+            if future._batch is placeholder:
+                kept.append(future)
+            else:
+                future._batch.add_waiter(future)
+        placeholder.waiters = kept
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+def _one(index: int) -> Callable[[Sequence[Any]], tuple[Any]]:
+    """``itemgetter`` of one index, as a 1-tuple (``itemgetter(i)`` returns the item itself)."""
+    return lambda column: (column[index],)
