@@ -27,7 +27,6 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable, Sequence
 from operator import itemgetter
-from sys import getrefcount as _getrefcount
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -48,7 +47,14 @@ GROUPED_RECORDS_PER_PARTITION = 16
 
 
 class UnplacedKeys:
-    """One topic's keyed records waiting for their partition, in send order (as columns)."""
+    """One topic's keyed records waiting for their partition, in send order (as columns).
+
+    ``Producer.send`` appends to the columns itself (a method call cost a tenth of its
+    path). It also hands a parked record the future of the send before last when nothing
+    else holds it, as on its batch path, and sets that future's entry here to None: parked
+    futures all live until placed, and building a new one for each record cost 15% in the
+    young-generation collections they went through.
+    """
 
     __slots__ = ("state", "acc", "placeholder", "keys", "values", "stamps", "sizes", "headers", "futures")
 
@@ -66,55 +72,6 @@ class UnplacedKeys:
         self.headers: dict[int, Sequence[Header]] = {}  # by index, only the records that have them
         self.futures: list[RecordFuture | None] = []  # None: nothing holds the record's future
 
-    def add(
-        self,
-        key: bytes,
-        value: Any,
-        stamp: int,
-        size: int,
-        headers: Sequence[Header] | None,
-        spare: RecordFuture | None,
-    ) -> RecordFuture:
-        """Park one record (its buffer memory already taken); returns its future.
-
-        ``spare`` is the producer's future of the send before last (Producer.send), taken
-        for this record when nothing else holds it: parked futures all live until placed,
-        and building a new one for each record cost 15% in the young-generation collections
-        they went through.
-        """
-        values = self.values
-        index = len(values)
-        values.append(value)
-        self.keys.append(key)
-        self.stamps.append(stamp)
-        self.sizes.append(size)
-        if headers:
-            self.headers[index] = headers
-        futures = self.futures
-        # References to ``spare``: the producer's slot, this parameter and getrefcount's
-        # argument, plus our list's when it is parked here (nothing else: the application,
-        # a callback or a waiters list would add one).
-        if spare is None:
-            future = RecordFuture()
-        elif spare._batch is self.placeholder:
-            if _getrefcount(spare) == 4:
-                futures[spare._delta] = None  # its record is placed without a future
-                future = spare
-            else:
-                future = RecordFuture()
-        elif _getrefcount(spare) == 3:
-            future = spare
-        else:
-            future = RecordFuture()
-        # RecordFuture.of, inlined (send()'s path): keep in step.
-        future._batch = self.placeholder
-        future._delta = index
-        future._timestamp = stamp
-        future._state = None
-        future._asyncio_future_blocking = False
-        futures.append(future)
-        return future
-
     def place(self) -> None:
         """Append every parked record to its partition's open batch, in send order."""
         state = self.state
@@ -129,10 +86,11 @@ class UnplacedKeys:
         queues = state.ordered_queues
         partitions = partitions_for_keys(keys, len(queues)) if len(queues) > 1 else [0] * len(keys)
         state.remember(keys, list(map(queues.__getitem__, partitions)))
-        counts = np.bincount(np.array(partitions, dtype=np.int64), minlength=len(queues))
+        by_partition = np.array(partitions, dtype=np.int64)
+        counts = np.bincount(by_partition, minlength=len(queues))
         used = np.flatnonzero(counts)
         if len(keys) >= GROUPED_RECORDS_PER_PARTITION * len(used):
-            self._place_grouped(partitions, counts, used.tolist())
+            self._place_grouped(by_partition, counts, used.tolist())
         else:
             self._place_one_by_one(partitions)
 
@@ -171,9 +129,9 @@ class UnplacedKeys:
             self._fail(range(index, len(partitions)), exc)
             raise
 
-    def _place_grouped(self, partitions: list[int], counts: Any, used: list[int]) -> None:
+    def _place_grouped(self, partitions: Any, counts: Any, used: list[int]) -> None:
         """A partition's records at a time, each batch's share appended by slices of the columns."""
-        order = np.argsort(np.array(partitions, dtype=np.int64), kind="stable")  # send order within a partition
+        order = np.argsort(partitions, kind="stable")  # send order within a partition
         ends = np.cumsum(counts).tolist()
         counts = counts.tolist()
         cumulative = np.cumsum(np.array(self.sizes, dtype=np.int64)[order])  # bytes up to each record, in order
@@ -216,10 +174,12 @@ class UnplacedKeys:
                 if index in headers:
                     batch.add_key_and_headers(delta, None, headers[index])
         batch.size += int(cumulative[stop - 1]) - before
-        for future, delta in zip(take(self.futures), deltas, strict=True):
-            if future is not None:
-                future._batch = batch
-                future._delta = delta
+        futures = take(self.futures)
+        if futures.count(None) < len(futures):  # most are None when the application drops them (see add)
+            for future, delta in zip(futures, deltas, strict=True):
+                if future is not None:
+                    future._batch = batch
+                    future._delta = delta
         return stop
 
     def _fail(self, unplaced: Iterable[int], exc: BaseException) -> None:

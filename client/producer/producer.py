@@ -439,10 +439,35 @@ class Producer:
                 unplaced = state.unplaced
                 if unplaced is None:
                     unplaced = state.park(topic, acc)
-                parked = unplaced.add(key, value, stamp, size, headers, self._older_future)  # type: ignore[arg-type]
-                self._older_future = self._old_future  # (key is bytes here)
+                # UnplacedKeys.add, inlined (keep in step): the call cost a tenth of this path.
+                index = len(unplaced.values)
+                unplaced.values.append(value)
+                unplaced.keys.append(key)  # type: ignore[arg-type]  # bytes here
+                unplaced.stamps.append(stamp)
+                unplaced.sizes.append(size)
+                if headers:
+                    unplaced.headers[index] = headers
+                placeholder = unplaced.placeholder
+                futures = unplaced.futures
+                parked = self._older_future  # reused as in add(): see the batch path below
+                self._older_future = self._old_future
+                if parked is None:
+                    parked = RecordFuture()
+                elif parked._batch is placeholder:
+                    if _getrefcount(parked) == 3:  # this local, the argument, our list's entry
+                        futures[parked._delta] = None
+                    else:
+                        parked = RecordFuture()
+                elif _getrefcount(parked) != 2:
+                    parked = RecordFuture()
                 if FUTURES_REUSABLE:
                     self._old_future = parked
+                parked._batch = placeholder
+                parked._delta = index
+                parked._timestamp = stamp
+                parked._state = None
+                parked._asyncio_future_blocking = False
+                futures.append(parked)
                 return parked
             batch = pq.open
             if batch is None or batch.size + size > limit:
