@@ -23,8 +23,7 @@ import contextlib
 import functools
 import logging
 import ssl
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from itertools import repeat
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from sys import getrefcount as _getrefcount
 from time import time_ns as _time_ns
 from types import TracebackType
@@ -49,12 +48,13 @@ from kafkakit.producer.accumulator import (
     PartitionQueue,
     ProducerBatch,
 )
-from kafkakit.producer.bulk_input import BulkInput, bulk_input, cut_batches
+from kafkakit.producer.bulk_input import bulk_input
+from kafkakit.producer.bulk_send import BulkQueueing
 from kafkakit.producer.idempotence import ProducerIdentity
 from kafkakit.producer.instrumentation import ProducerMetrics, SendHook, attach, hooked_send
 from kafkakit.producer.partitioner import Partitioner, StickyPartitions, partition_for_key
 from kafkakit.producer.record_future import FUTURES_REUSABLE, STAMPS_PER_MS, RecordFuture
-from kafkakit.producer.record_input import BULK_RECORD_OVERHEAD, as_bytes, check_headers, encode_bulk_chunk
+from kafkakit.producer.record_input import BULK_RECORD_OVERHEAD, as_bytes, check_headers
 from kafkakit.producer.send_batch_result import SendBatchFuture, SendBatchResult
 from kafkakit.producer.sender import Sender
 from kafkakit.producer.settings import check_settings
@@ -239,6 +239,16 @@ class Producer:
         self._old_future: RecordFuture | None = None
         self._older_future: RecordFuture | None = None
         self._sticky = StickyPartitions()
+        self._bulk = BulkQueueing(
+            self._acc,
+            self._sticky,
+            compression=self._compression,
+            limit=min(max_request_size, buffer_memory) - BATCH_HEADER_SIZE - _REQUEST_OVERHEAD,
+            buffer_memory=buffer_memory,
+            partitioner=self._partitioner,
+            choose_partition=self._choose_partition,
+            sticky_limit=self._sticky_limit,
+        )
         # The largest record send() accepts (its estimated size in a batch).
         self._max_record_size = min(max_request_size, buffer_memory) - BATCH_HEADER_SIZE
         # A full batch (max_batch_size) is ready, and the sender sends a partition's ready
@@ -807,71 +817,5 @@ class Producer:
         largest = max(bulk.sizes)
         if largest - BULK_RECORD_OVERHEAD + RECORD_OVERHEAD > self._max_record_size:
             raise self._too_large(largest)
-        for pq, positions in self._bulk_routes(topic, state, bulk.keys, partition, len(values)):
-            await self._enqueue_chunks(topic, state, pq, positions, bulk, result)
+        await self._bulk.enqueue(topic, state, bulk, partition, result)
         return result
-
-    def _bulk_routes(
-        self,
-        topic: str,
-        state: TopicState,
-        keys: list[bytes | None] | None,
-        partition: int | None,
-        count: int,
-    ) -> Iterator[tuple[PartitionQueue | None, range | list[int]]]:
-        """(partition queue, record positions) pairs; a None queue means "one sticky partition per batch"."""
-        if partition is not None:
-            pq = state.queues.get(partition)
-            if pq is None:
-                raise UnknownTopicOrPartitionError(
-                    f"partition {partition} of topic {topic!r} does not exist (partitions: {state.all_partitions})"
-                )
-            yield pq, range(count)
-            return
-        if keys is None and self._partitioner is None:
-            yield None, range(count)
-            return
-        groups: dict[int, list[int]] = {}
-        for i, key in enumerate(keys if keys is not None else repeat(None, count)):
-            if key is None and self._partitioner is None:
-                p = (
-                    state.sticky
-                    if state.sticky >= 0
-                    else self._sticky.get(topic, state.all_partitions, state.available)
-                )
-            else:
-                p = self._choose_partition(state, key)
-            group = groups.get(p)
-            if group is None:
-                groups[p] = [i]
-            else:
-                group.append(i)
-        for p, positions in groups.items():
-            yield state.queues[p], positions
-
-    async def _enqueue_chunks(
-        self,
-        topic: str,
-        state: TopicState,
-        pq: PartitionQueue | None,
-        positions: range | list[int],
-        bulk: BulkInput,
-        result: SendBatchFuture,
-    ) -> None:
-        """Cut ``positions`` into batches of at most ``max_request_size`` bytes and queue them."""
-        limit = min(self._max_request_size, self._buffer_memory) - BATCH_HEADER_SIZE - _REQUEST_OVERHEAD
-        for index, records_size in cut_batches(positions, bulk.sizes, limit):
-            data = encode_bulk_chunk(
-                index, bulk.values, bulk.keys, bulk.header_lists, bulk.timestamp_ms, self._compression
-            )
-            size = records_size + BATCH_HEADER_SIZE
-            reserved = min(size, self._buffer_memory)
-            await self._acc.reserve(reserved)
-            target = pq if pq is not None else self._next_sticky_queue(topic, state)
-            batch = self._acc.append_encoded(target, data, len(index), bulk.timestamp_ms, size, reserved)
-            result.add(batch, index)
-
-    def _next_sticky_queue(self, topic: str, state: TopicState) -> PartitionQueue:
-        pq = state.stick_to(self._sticky.next(topic, state.all_partitions, state.available, state.sticky))
-        state.sticky_limit = self._sticky_limit(pq)
-        return pq
