@@ -578,6 +578,8 @@ class Producer:
             meta = cluster.metadata.topics[topic]
             if not self._accepting:
                 raise self._not_accepting()
+        # Records parked under a forgotten state of this topic queue before any sent under the new one.
+        self._acc.place_unplaced()
         all_partitions = sorted(meta.partitions)
         available = [p for p in all_partitions if meta.partitions[p].leader >= 0]
         queues = {p: self._acc.queue(topic, p) for p in all_partitions}
