@@ -85,7 +85,7 @@ class UnplacedKeys:
         keys = self.keys
         queues = state.ordered_queues
         partitions = partitions_for_keys(keys, len(queues)) if len(queues) > 1 else [0] * len(keys)
-        state.remember(keys, list(map(queues.__getitem__, partitions)))
+        state.remember(keys, partitions)
         by_partition = np.array(partitions, dtype=np.int64)
         counts = np.bincount(by_partition, minlength=len(queues))
         used = np.flatnonzero(counts)

@@ -81,14 +81,14 @@ class TopicState:
         if self.unplaced is not None:
             self.unplaced.place()
 
-    def remember(self, keys: list[bytes], queues: list[PartitionQueue]) -> None:
-        """Remember the queues of just-placed keys (see ``remembered``)."""
+    def remember(self, keys: list[bytes], partitions: list[int]) -> None:
+        """Remember the queues of just-placed keys (``partitions``: indexes into ordered_queues)."""
         remembered = self.remembered
         if len(remembered) + len(keys) > KEYS_REMEMBERED:
             remembered.clear()  # cheaper than an LRU, and a key sent often is soon back
-            if len(keys) > KEYS_REMEMBERED:
-                keys, queues = keys[-KEYS_REMEMBERED:], queues[-KEYS_REMEMBERED:]
-        remembered.update(zip(keys, queues, strict=True))
+            if len(keys) > KEYS_REMEMBERED:  # only the last ones would stay
+                keys, partitions = keys[-KEYS_REMEMBERED:], partitions[-KEYS_REMEMBERED:]
+        remembered.update(zip(keys, map(self.ordered_queues.__getitem__, partitions), strict=True))
 
     def stick_to(self, partition: int) -> PartitionQueue:
         """Send keyless records to ``partition`` from now on; returns its queue."""
