@@ -201,3 +201,44 @@ async def test_a_failed_placement_fails_its_records_and_returns_their_memory(
         assert producer._acc.free == producer._acc.buffer_memory
         after = await producer.send_and_wait(topic, b"after", key=b"another")
     assert after.partition == partition_for_key(b"another", 2)
+
+
+async def test_records_sent_by_send_batch_queue_behind_parked_ones(broker: RunningBroker, topic: str) -> None:
+    await create_topic(broker.bootstrap_servers, topic, 3)
+    keys = [f"k{i % 40}".encode() for i in range(120)]
+    async with producer_for(broker) as producer:
+        await producer.partitions_for(topic)
+        parked = [await producer.send(topic, b"first", key=key) for key in keys]
+        assert _parked(producer, topic) == 120
+        bulk = await (await producer.send_batch(topic, [b"second"] * 120, keys=keys))
+        first = [await f for f in parked]
+    for before, after in zip(first, bulk, strict=True):
+        assert before.partition == after.partition and before.offset < after.offset
+
+
+async def test_stop_delivers_parked_records(broker: RunningBroker, topic: str) -> None:
+    await create_topic(broker.bootstrap_servers, topic, 4)
+    producer = producer_for(broker)
+    await producer.start()
+    await producer.partitions_for(topic)
+    futures = [await producer.send(topic, b"v", key=f"k{i}".encode()) for i in range(300)]
+    assert _parked(producer, topic) == 300
+    await producer.stop()
+    assert all(f.done() and f.exception() is None for f in futures)
+    assert len(await consume(broker.bootstrap_servers, topic, 300, [0, 1, 2, 3])) == 300
+
+
+async def test_forgetting_topic_metadata_places_parked_records_first(broker: RunningBroker, topic: str) -> None:
+    """A metadata update rebuilds topic states: records parked under the old state are placed
+    before any record sent under the new one (keyless ones here, on the same partitions)."""
+    await create_topic(broker.bootstrap_servers, topic, 2)
+    async with producer_for(broker, linger_ms=5) as producer:
+        await producer.partitions_for(topic)
+        parked = [await producer.send(topic, b"parked", key=f"k{i}".encode()) for i in range(50)]
+        producer._forget_topics()  # what the sender calls after a metadata refresh
+        assert _parked(producer, topic) == 0 and topic not in producer._topics
+        later = [await producer.send(topic, b"later", partition=p) for p in (0, 1)]
+        placed = [await f for f in parked]
+        after = [await f for f in later]
+    for meta in after:
+        assert all(p.offset < meta.offset for p in placed if p.partition == meta.partition)
