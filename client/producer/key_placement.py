@@ -175,7 +175,7 @@ class UnplacedKeys:
                     batch.add_key_and_headers(delta, None, headers[index])
         batch.size += int(cumulative[stop - 1]) - before
         futures = take(self.futures)
-        if futures.count(None) < len(futures):  # most are None when the application drops them (see add)
+        if futures.count(None) < len(futures):  # most are None when the application drops them (see Producer.send)
             for future, delta in zip(futures, deltas, strict=True):
                 if future is not None:
                     future._batch = batch
