@@ -32,12 +32,18 @@ async def _watch(seconds: float, base: int) -> int:
     return peak
 
 
-async def stalled_producer(bootstrap: str, broker_pid: int, size: int, buffer: int, seconds: float) -> dict[str, float]:
-    """Send distinct records as fast as send() accepts them while the broker is SIGSTOPped."""
-    from kafkakit import Producer
+async def stalled_producer(
+    bootstrap: str, broker_pid: int, size: int, buffer: int, seconds: float, keyed: bool = False
+) -> dict[str, float]:
+    """Send distinct records as fast as send() accepts them while the broker is SIGSTOPped
+    (``keyed``: each with a new 16-byte key, over 4 partitions; else to partition 0)."""
+    from kafkakit import Admin, NewTopic, Producer
 
     pad = os.urandom(max(size - 8, 0))
     topic = f"stalled-{time.time_ns()}"
+    if keyed:
+        async with Admin(bootstrap_servers=bootstrap) as admin:
+            await admin.create_topics([NewTopic(topic, 4, 1)])
     async with Producer(
         bootstrap_servers=bootstrap, acks=1, buffer_memory=buffer, delivery_timeout_ms=600000, request_timeout_ms=300000
     ) as producer:
@@ -52,7 +58,10 @@ async def stalled_producer(bootstrap: str, broker_pid: int, size: int, buffer: i
         async def send_forever() -> None:
             nonlocal accepted
             while True:
-                await producer.send(topic, accepted.to_bytes(8, "big") + pad, partition=0)
+                if keyed:
+                    await producer.send(topic, accepted.to_bytes(8, "big") + pad, key=b"key-%012d" % accepted)
+                else:
+                    await producer.send(topic, accepted.to_bytes(8, "big") + pad, partition=0)
                 accepted += 1
 
         task = asyncio.create_task(send_forever())
@@ -88,7 +97,8 @@ async def idle_consumer(
 def main() -> None:
     kind, args = sys.argv[1], sys.argv[2:]
     if kind == "stalled-producer":
-        result = asyncio.run(stalled_producer(args[0], int(args[1]), int(args[2]), int(args[3]), float(args[4])))
+        keyed = len(args) > 5 and args[5] == "keyed"
+        result = asyncio.run(stalled_producer(args[0], int(args[1]), int(args[2]), int(args[3]), float(args[4]), keyed))
     else:
         result = asyncio.run(idle_consumer(args[0], args[1], int(args[2]), int(args[3]), int(args[4]), float(args[5])))
     print(json.dumps(result))

@@ -26,12 +26,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Sequence
+from itertools import chain
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from kafkakit.errors import KafkaError
-from kafkakit.producer.accumulator import RECORD_MEMORY_OVERHEAD, Accumulator, ProducerBatch
+from kafkakit.producer.accumulator import (
+    HEADERS_MEMORY_OVERHEAD,
+    KEY_MEMORY_OVERHEAD,
+    RECORD_MEMORY_OVERHEAD,
+    Accumulator,
+    ProducerBatch,
+)
 from kafkakit.producer.partitioner import partitions_for_keys
 from kafkakit.producer.record_future import RecordFuture
 from kafkakit.structs import Header, TopicPartition
@@ -44,6 +51,8 @@ __all__ = ["GROUPED_RECORDS_PER_PARTITION", "UnplacedKeys"]
 #: Records per partition from which placing goes a partition at a time (slices of the
 #: columns) rather than record by record: a partition's turn costs a few numpy calls.
 GROUPED_RECORDS_PER_PARTITION = 16
+#: Records placed at a time (see UnplacedKeys._place_all).
+PLACING_WINDOW = 32768
 
 
 class UnplacedKeys:
@@ -81,29 +90,33 @@ class UnplacedKeys:
         self._move_waiters()
 
     def _place_all(self) -> None:
+        """In windows of PLACING_WINDOW records, in send order: the temporary arrays and
+        lists of a window (about 100 B a record) stay a constant, not a share of the buffer."""
         state = self.state
-        keys = self.keys
         queues = state.ordered_queues
-        partitions = partitions_for_keys(keys, len(queues)) if len(queues) > 1 else [0] * len(keys)
-        state.remember(keys, partitions)
-        by_partition = np.array(partitions, dtype=np.int64)
-        counts = np.bincount(by_partition, minlength=len(queues))
-        used = np.flatnonzero(counts)
-        if len(keys) >= GROUPED_RECORDS_PER_PARTITION * len(used):
-            self._place_grouped(by_partition, counts, used.tolist())
-        else:
-            self._place_one_by_one(partitions)
+        for first in range(0, len(self.keys), PLACING_WINDOW):
+            keys = self.keys[first : first + PLACING_WINDOW]
+            partitions = partitions_for_keys(keys, len(queues)) if len(queues) > 1 else [0] * len(keys)
+            state.remember(keys, partitions)
+            by_partition = np.array(partitions, dtype=np.int64)
+            counts = np.bincount(by_partition, minlength=len(queues))
+            used = np.flatnonzero(counts)
+            if len(keys) >= GROUPED_RECORDS_PER_PARTITION * len(used):
+                self._place_grouped(first, by_partition, counts, used.tolist())
+            else:
+                self._place_one_by_one(first, partitions)
 
-    def _place_one_by_one(self, partitions: list[int]) -> None:
-        """Each record in turn (few records per partition: grouping costs more)."""
+    def _place_one_by_one(self, first: int, partitions: list[int]) -> None:
+        """Each record of the window from ``first`` in turn (few records per partition:
+        grouping costs more)."""
         queues = self.state.ordered_queues
         limit = self.acc.batch_limit
         new_batch = self.acc.new_batch
         keys, values, stamps, sizes = self.keys, self.values, self.stamps, self.sizes
         futures, headers = self.futures, self.headers
-        index = 0
+        index = first
         try:
-            for index, partition in enumerate(partitions):
+            for index, partition in enumerate(partitions, first):
                 pq = queues[partition]
                 batch = pq.open
                 size = sizes[index]
@@ -126,16 +139,18 @@ class UnplacedKeys:
                     future._batch = batch
                     future._delta = delta
         except BaseException as exc:
-            self._fail(range(index, len(partitions)), exc)
+            self._fail(range(index, len(keys)), exc)
             raise
 
-    def _place_grouped(self, partitions: Any, counts: Any, used: list[int]) -> None:
-        """A partition's records at a time, each batch's share appended by slices of the columns."""
+    def _place_grouped(self, first: int, partitions: Any, counts: Any, used: list[int]) -> None:
+        """The window from ``first`` a partition's records at a time, each batch's share
+        appended by slices of the columns."""
         order = np.argsort(partitions, kind="stable")  # send order within a partition
         ends = np.cumsum(counts).tolist()
         counts = counts.tolist()
-        cumulative = np.cumsum(np.array(self.sizes, dtype=np.int64)[order])  # bytes up to each record, in order
-        order = order.tolist()
+        sizes = np.array(self.sizes[first : first + len(order)], dtype=np.int64)
+        cumulative = np.cumsum(sizes[order])  # bytes up to each record, in order
+        order = (order + first).tolist()  # indexes into the columns
         done = 0  # records of ``order`` placed
         try:
             for partition in used:
@@ -143,7 +158,7 @@ class UnplacedKeys:
                 while start < end:
                     start = done = self._place_chunk(partition, order, cumulative, start, end)
         except BaseException as exc:
-            self._fail(order[done:], exc)
+            self._fail(chain(order[done:], range(first + len(order), len(self.keys))), exc)
             raise
 
     def _place_chunk(self, partition: int, order: list[int], cumulative: Any, start: int, end: int) -> int:
@@ -185,9 +200,11 @@ class UnplacedKeys:
     def _fail(self, unplaced: Iterable[int], exc: BaseException) -> None:
         """Placing failed (a bug, or no memory): the records not placed fail, and give back
         their buffer memory."""
-        sizes = self.sizes
-        records = [sizes[index] for index in unplaced]
-        self.acc.release(sum(records) + len(records) * RECORD_MEMORY_OVERHEAD)
+        sizes, headers = self.sizes, self.headers
+        unplaced = list(unplaced)
+        held = sum(sizes[index] for index in unplaced) + len(unplaced) * (RECORD_MEMORY_OVERHEAD + KEY_MEMORY_OVERHEAD)
+        held += sum(HEADERS_MEMORY_OVERHEAD for index in unplaced if index in headers)
+        self.acc.release(held)
         self._move_waiters()
         self.placeholder.future.set_exception(KafkaError(f"placing keyed records by partition failed: {exc!r}"))
 
