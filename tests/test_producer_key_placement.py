@@ -242,3 +242,25 @@ async def test_forgetting_topic_metadata_places_parked_records_first(broker: Run
         after = [await f for f in later]
     for meta in after:
         assert all(p.offset < meta.offset for p in placed if p.partition == meta.partition)
+
+
+async def test_a_trickle_of_new_keys_parks_and_places_one_at_a_time(broker: RunningBroker, topic: str) -> None:
+    """Each record awaited before the next (the sender places it alone): records whose future
+    had a callback while parked and records whose future had none alternate, so emptied
+    parking lots are reused and dropped in turn."""
+    await create_topic(broker.bootstrap_servers, topic, 3)
+    called: list[int] = []
+    async with producer_for(broker) as producer:
+        await producer.partitions_for(topic)
+        metadata = []
+        for i in range(30):
+            future = await producer.send(topic, str(i).encode(), key=f"trickle-{i}".encode())
+            if i % 3 == 0:
+                future.add_done_callback(lambda f, i=i: called.append(i))
+                metadata.append(await future)
+            else:
+                await asyncio.sleep(0.01)  # the sender places and sends it; nothing waits on the future
+                await producer.flush()
+                metadata.append(await future)
+    assert [m.partition for m in metadata] == [partition_for_key(f"trickle-{i}".encode(), 3) for i in range(30)]
+    assert sorted(called) == list(range(0, 30, 3))

@@ -74,6 +74,9 @@ class UnplacedKeys:
         self.placeholder = ProducerBatch(
             TopicPartition(topic, -1), -1, time.monotonic(), asyncio.get_running_loop().create_future()
         )
+        self._empty()
+
+    def _empty(self) -> None:
         self.keys: list[bytes] = []
         self.values: list[Any] = []
         self.stamps: list[int] = []  # nanoseconds, as in the batches (STAMPS_PER_MS)
@@ -88,6 +91,9 @@ class UnplacedKeys:
         self.acc.unplaced.remove(self)
         self._place_all()
         self._move_waiters()
+        if self.placeholder.waiters is None:  # no callback ever waited on the placeholder's future
+            self._empty()
+            state.spare_unplaced = self  # the next park takes it: a trickle of keys parks one at a time
 
     def _place_all(self) -> None:
         """In windows of PLACING_WINDOW records, in send order: the temporary arrays and
@@ -98,6 +104,9 @@ class UnplacedKeys:
             keys = self.keys[first : first + PLACING_WINDOW]
             partitions = partitions_for_keys(keys, len(queues)) if len(queues) > 1 else [0] * len(keys)
             state.remember(keys, partitions)
+            if len(keys) < GROUPED_RECORDS_PER_PARTITION:  # a trickle: numpy's set-up would cost more
+                self._place_one_by_one(first, partitions)
+                continue
             by_partition = np.array(partitions, dtype=np.int64)
             counts = np.bincount(by_partition, minlength=len(queues))
             used = np.flatnonzero(counts)

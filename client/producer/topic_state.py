@@ -23,7 +23,7 @@ class TopicState:
 
     __slots__ = (
         "all_partitions", "available", "queues", "ordered_queues", "send_queues", "single", "sticky",
-        "sticky_queue", "sticky_limit", "by_key", "remembered", "unplaced",
+        "sticky_queue", "sticky_limit", "by_key", "remembered", "unplaced", "spare_unplaced",
     )  # fmt: skip
 
     def __init__(
@@ -56,11 +56,17 @@ class TopicState:
         self.by_key = self.remembered
         #: Keyed records waiting for their partition (kafkakit.producer.key_placement).
         self.unplaced: UnplacedKeys | None = None
+        self.spare_unplaced: UnplacedKeys | None = None  # placed and emptied, for the next park
 
     def park(self, topic: str, acc: Accumulator) -> UnplacedKeys:
         """Start parking keyed records of new keys; every other record now takes a slow path
         that places them first (see kafkakit.producer.key_placement)."""
-        unplaced = self.unplaced = UnplacedKeys(topic, self, acc)
+        unplaced = self.spare_unplaced
+        if unplaced is None:
+            unplaced = UnplacedKeys(topic, self, acc)
+        else:
+            self.spare_unplaced = None
+        self.unplaced = unplaced
         self.by_key = _NO_KEYS
         self.send_queues = {}
         self.sticky_queue = _NO_QUEUE
