@@ -29,7 +29,7 @@ class BulkQueueing:
         limit: int,
         buffer_memory: int,
         partitioner: Partitioner | None,
-        choose_partition: Callable[[TopicState, bytes | None], int],
+        user_partition: Callable[[TopicState, bytes | None], int],
         sticky_limit: Callable[[PartitionQueue], int],
     ) -> None:
         self._acc = acc
@@ -38,7 +38,7 @@ class BulkQueueing:
         self._limit = limit  # records bytes of one encoded batch: what a request carries
         self._buffer_memory = buffer_memory
         self._partitioner = partitioner
-        self._choose_partition = choose_partition
+        self._user_partition = user_partition
         self._sticky_limit = sticky_limit
 
     async def enqueue(
@@ -82,7 +82,7 @@ class BulkQueueing:
         """Each record's partition: the user partitioner's, or Java's for keys (hashed together,
         see partitions_for_keys) and the sticky partition for the others."""
         if self._partitioner is not None:
-            return [self._choose_partition(state, key) for key in (keys if keys is not None else repeat(None, count))]
+            return [self._user_partition(state, key) for key in (keys if keys is not None else repeat(None, count))]
         sticky = state.sticky if state.sticky >= 0 else self._sticky.get(topic, state.all_partitions, state.available)
         partitions = [sticky] * count
         if keys is not None:

@@ -102,7 +102,7 @@ class UnplacedKeys:
         queues = state.ordered_queues
         for first in range(0, len(self.keys), PLACING_WINDOW):
             keys = self.keys[first : first + PLACING_WINDOW]
-            partitions = partitions_for_keys(keys, len(queues)) if len(queues) > 1 else [0] * len(keys)
+            partitions = partitions_for_keys(keys, len(queues))  # (a one-partition topic never parks)
             state.remember(keys, partitions)
             if len(keys) < GROUPED_RECORDS_PER_PARTITION:  # a trickle: numpy's set-up would cost more
                 self._place_one_by_one(first, partitions)

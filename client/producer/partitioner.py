@@ -110,23 +110,22 @@ def partitions_for_keys(keys: Sequence[bytes], num_partitions: int) -> list[int]
         return [(unsigned_murmur2(key) & 0x7FFFFFFF) % num_partitions for key in keys]
     lengths = np.fromiter(map(len, keys), dtype=np.int64, count=count)
     joined = np.frombuffer(b"".join(keys), dtype=np.uint8)
-    longest = int(lengths.max())
+    longest, shortest = int(lengths.max()), int(lengths.min())
     width = (longest >> 2) + 1  # words per row: every full word plus the tail (or zero) word
-    if int(lengths.min()) == longest:
-        rows = np.zeros((count, width * 4), dtype=np.uint8)
+    rows = np.zeros((count, width * 4), dtype=np.uint8)
+    if shortest == longest:
         rows[:, :longest] = joined.reshape(count, longest)
     else:
         starts = np.zeros(count, dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
         row_of_byte = np.repeat(np.arange(count), lengths)
         column_of_byte = np.arange(len(joined)) - np.repeat(starts, lengths)
-        rows = np.zeros((count, width * 4), dtype=np.uint8)
         rows[row_of_byte, column_of_byte] = joined
     words = rows.view("<u4")  # (count, width)
     m = np.uint32(_M)
     full_words = lengths >> 2
     h = np.uint32(_SEED) ^ lengths.astype(np.uint32)
-    uniform = int(lengths.min()) >> 2 == longest >> 2
+    uniform = shortest >> 2 == longest >> 2  # every key has the same number of full words
     for column in range(longest >> 2):
         k = words[:, column] * m
         k = (k ^ (k >> np.uint32(24))) * m

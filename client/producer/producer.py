@@ -54,7 +54,7 @@ from kafkakit.producer.bulk_input import bulk_input
 from kafkakit.producer.bulk_send import BulkQueueing
 from kafkakit.producer.idempotence import ProducerIdentity
 from kafkakit.producer.instrumentation import ProducerMetrics, SendHook, attach, hooked_send
-from kafkakit.producer.partitioner import Partitioner, StickyPartitions, partition_for_key
+from kafkakit.producer.partitioner import Partitioner, StickyPartitions
 from kafkakit.producer.record_future import FUTURES_REUSABLE, STAMPS_PER_MS, RecordFuture
 from kafkakit.producer.record_input import BULK_RECORD_OVERHEAD, as_bytes, check_headers
 from kafkakit.producer.send_batch_result import SendBatchFuture, SendBatchResult
@@ -248,7 +248,7 @@ class Producer:
             limit=min(max_request_size, buffer_memory) - BATCH_HEADER_SIZE - _REQUEST_OVERHEAD,
             buffer_memory=buffer_memory,
             partitioner=self._partitioner,
-            choose_partition=self._choose_partition,
+            user_partition=self._user_partition,
             sticky_limit=self._sticky_limit,
         )
         # The largest record send() accepts (its estimated size in a batch).
@@ -423,7 +423,7 @@ class Producer:
                 batch = None
                 limit = self._batch_limit
             else:
-                pq = state.queues[self._choose_partition(state, key)]
+                pq = state.queues[self._user_partition(state, key)]
                 batch = None
                 limit = self._batch_limit
         else:
@@ -465,7 +465,7 @@ class Producer:
                     unplaced.headers[index] = headers
                 placeholder = unplaced.placeholder
                 futures = unplaced.futures
-                parked = self._older_future  # reused as in add(): see the batch path below
+                parked = self._older_future  # reused when nothing else holds it, as on the batch path below
                 self._older_future = self._old_future
                 if parked is None:
                     parked = RecordFuture()
@@ -564,17 +564,14 @@ class Producer:
             return self._max_batch_size
         return batch.size + self._max_batch_size - BATCH_HEADER_SIZE
 
-    def _choose_partition(self, state: TopicState, key: bytes | None) -> int:
-        """The partition of a keyed record, or the user partitioner's choice (which must be one of the topic's)."""
-        if self._partitioner is not None:
-            partition = self._partitioner(key, state.all_partitions, state.available)
-            if partition not in state.queues:
-                raise KafkaConfigError(
-                    "partitioner", f"returned {partition!r}, not one of {state.all_partitions}"
-                )
-            return partition
-        assert key is not None
-        return state.all_partitions[partition_for_key(key, len(state.all_partitions))]
+    def _user_partition(self, state: TopicState, key: bytes | None) -> int:
+        """The user partitioner's choice for a record, which must be one of the topic's (with the
+        default partitioner, keys are placed by key_placement and partitions_for_keys)."""
+        assert self._partitioner is not None
+        partition = self._partitioner(key, state.all_partitions, state.available)
+        if partition not in state.queues:
+            raise KafkaConfigError("partitioner", f"returned {partition!r}, not one of {state.all_partitions}")
+        return partition
 
     async def _topic_state(self, topic: str) -> TopicState:
         """Partition lists of ``topic`` from the metadata cache (fetching them when unknown)."""
