@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +14,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer
 from confluent_kafka import TopicPartition as CTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafkakit.errors import (
+    KafkaConfigError,
     KafkaTimeoutError,
     MessageSizeTooLargeError,
     RecordTooLargeError,
@@ -135,6 +136,26 @@ async def test_keyed_records_land_where_java_puts_them(broker: RunningBroker, to
             key = f"user-{i}".encode()
             meta = await producer.send_and_wait(topic, b"v", key=key)
             assert meta.partition == partition_for_key(key, 6)
+
+
+async def test_a_user_partitioner_places_send_and_send_batch_records(broker: RunningBroker, topic: str) -> None:
+    """``partitioner=`` decides for every record of send() and send_batch(), keyed or not; a
+    choice outside the topic's partitions is a KafkaConfigError naming the setting."""
+    await create_topic(broker.bootstrap_servers, topic, 4)
+
+    def by_last_digit(key: bytes | None, all_partitions: Sequence[int], available: Sequence[int]) -> int:
+        return 3 if key is None else int(key[-1:]) % len(all_partitions)
+
+    async with producer_for(broker, partitioner=by_last_digit) as producer:
+        sent = [await producer.send_and_wait(topic, b"v", key=f"k{i}".encode()) for i in range(8)]
+        keyless = await producer.send_and_wait(topic, b"v")
+        bulk = await (await producer.send_batch(topic, [b"b"] * 8, keys=[f"b{i}".encode() for i in range(8)]))
+    assert [m.partition for m in sent] == [i % 4 for i in range(8)]
+    assert keyless.partition == 3
+    assert [m.partition for m in bulk] == [i % 4 for i in range(8)]
+    async with producer_for(broker, partitioner=lambda key, all_partitions, available: 99) as producer:
+        with pytest.raises(KafkaConfigError, match="partitioner"):
+            await producer.send(topic, b"v", key=b"k")
 
 
 async def test_keyless_records_stick_to_one_partition_per_batch(broker: RunningBroker, topic: str) -> None:
