@@ -18,7 +18,7 @@ from kafkakit.producer import Producer, partition_for_key
 from kafkakit.producer.accumulator import Accumulator
 from kafkakit.producer.key_placement import GROUPED_RECORDS_PER_PARTITION
 
-from tests.brokers import RunningBroker, new_topic_name
+from tests.brokers import BrokerMinProcess, RunningBroker, new_topic_name
 from tests.test_producer import consume, create_topic, producer_for
 from tests.test_transactions import read_values
 
@@ -264,3 +264,28 @@ async def test_a_trickle_of_new_keys_parks_and_places_one_at_a_time(broker: Runn
                 metadata.append(await future)
     assert [m.partition for m in metadata] == [partition_for_key(f"trickle-{i}".encode(), 3) for i in range(30)]
     assert sorted(called) == list(range(0, 30, 3))
+
+
+async def test_parked_records_survive_a_broker_crash_exactly_once(broker_min_process: BrokerMinProcess) -> None:
+    """Keyed records parked and placed while the broker is down (kill -9), then restarted:
+    every record is delivered once, on Java's partition, in send order per partition."""
+    topic = new_topic_name("parked-crash")
+    await create_topic(broker_min_process.bootstrap_servers, topic, 3)
+    settings = {"request_timeout_ms": 3000, "delivery_timeout_ms": 60_000, "retry_backoff_ms": 50}
+    async with Producer(
+        bootstrap_servers=broker_min_process.bootstrap_servers, acks="all", enable_idempotence=True, **settings
+    ) as producer:
+        before = [await producer.send(topic, b"before", key=f"b{i}".encode()) for i in range(100)]
+        await asyncio.gather(*before)
+        broker_min_process.kill()
+        during = [await producer.send(topic, f"{i}".encode(), key=f"d{i}".encode()) for i in range(300)]
+        await asyncio.sleep(0.5)  # the sender places them and fails to reach the broker
+        assert _parked(producer, topic) == 0 and not any(f.done() for f in during)
+        await asyncio.to_thread(broker_min_process.restart)
+        metadata = [await f for f in during]
+    assert [m.partition for m in metadata] == [partition_for_key(f"d{i}".encode(), 3) for i in range(300)]
+    records = await consume(broker_min_process.bootstrap_servers, topic, 400, [0, 1, 2])
+    assert len({(r.partition, r.offset) for r in records}) == 400
+    for partition in range(3):
+        stored = [int(r.value) for r in records if r.partition == partition and r.value != b"before"]  # type: ignore[arg-type]
+        assert stored == [i for i, m in enumerate(metadata) if m.partition == partition]
