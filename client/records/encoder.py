@@ -18,6 +18,7 @@ import struct
 import time
 from collections.abc import Sequence
 from itertools import chain
+from operator import itemgetter
 from typing import Any, Protocol
 
 from crc32c import crc32c
@@ -32,6 +33,7 @@ from .header import (
     MAGIC,
     TRANSACTIONAL_MASK,
 )
+from .varied_encode import VARIED_MIN_RECORDS, encode_varied_values
 from .varint import SMALL, SMALL_LIMIT, encode_zigzag, zigzag
 
 __all__ = [
@@ -320,7 +322,19 @@ def _encode_records(records: Sequence[RecordTuple]) -> tuple[bytes, int, int]:
         uniform = encode_uniform_records(records)
         if uniform is not None:
             return uniform
+    if len(records) >= VARIED_MIN_RECORDS and not any(map(_headers_of, records)):
+        keys = list(map(_key_of, records))
+        varied = encode_varied_values(
+            list(map(_value_of, records)),
+            list(map(_stamp_of, records)),
+            keys=None if keys.count(None) == len(keys) else keys,
+        )
+        if varied is not None:
+            return varied
     return _encode_records_slowly(records)
+
+
+_key_of, _value_of, _stamp_of, _headers_of = (itemgetter(i) for i in range(4))
 
 
 def _encode_records_slowly(records: Sequence[RecordTuple]) -> tuple[bytes, int, int]:
@@ -449,10 +463,15 @@ def encode_queued_batches(
         raise ValueError("a record batch needs at least one record")
     codec = as_codec(compression)
     attributes = TRANSACTIONAL_MASK if transactional else 0
-    uniform = _encode_uniform_parts(parts, stamps_per_ms) if count >= UNIFORM_MIN_RECORDS else None
+    uniform: tuple[memoryview, int, int] | None = None
+    varied: tuple[bytes, int, int] | None = None
+    if count >= VARIED_MIN_RECORDS and not any(part.headers for part in parts):
+        uniform, varied = _encode_without_headers(parts, count, stamps_per_ms)
     data: bytes | memoryview
     if uniform is None:
-        data, base_ts, max_ts = _encode_records_slowly(_record_tuples(parts, stamps_per_ms))
+        if varied is None:
+            varied = _encode_records_slowly(_record_tuples(parts, stamps_per_ms))
+        data, base_ts, max_ts = varied
     else:
         view, base_ts, max_ts = uniform
         if not codec:  # the header goes in front of the records, in the same buffer: one copy out
@@ -491,29 +510,54 @@ def _to_ms(stamp: Any, stamps_per_ms: int) -> Any:
     return stamp // stamps_per_ms if stamp.__class__ is int else stamp
 
 
-def _encode_uniform_parts(parts: Sequence[QueuedRecords], stamps_per_ms: int) -> tuple[memoryview, int, int] | None:
-    """The uniform encoder (room for the header in front), or None: it takes records without
-    headers whose keys are all null or all present (of one length, which it checks)."""
-    if any(part.headers for part in parts):
+def _encode_without_headers(
+    parts: Sequence[QueuedRecords], count: int, stamps_per_ms: int
+) -> tuple[tuple[memoryview, int, int] | None, tuple[bytes, int, int] | None]:
+    """The records of ``parts`` (none with headers) by the uniform encoder (room for the header
+    in front) when their values (and keys) are each of one length, else by the varied encoder;
+    (None, None) when neither takes them (the loop then encodes or refuses them)."""
+    values, stamps = _value_columns(parts)
+    keys = _key_column(parts)
+    try:
+        lengths: list[int] | None = list(map(len, values))
+    except TypeError:  # a null value, or one the loop refuses
+        lengths = None
+    if count >= UNIFORM_MIN_RECORDS and lengths is not None and lengths.count(lengths[0]) == count:
+        if keys is None or all(len(part.keys or ()) == len(part.values) for part in parts):
+            uniform = encode_uniform_values(
+                values, stamps, keys=keys, room=HEADER_SIZE, stamps_per_ms=stamps_per_ms, value_lengths=lengths
+            )
+            if uniform is not None:
+                return uniform, None
+    return None, encode_varied_values(values, stamps, keys=keys, stamps_per_ms=stamps_per_ms, value_lengths=lengths)
+
+
+def _value_columns(parts: Sequence[QueuedRecords]) -> tuple[list[Any], list[Any]]:
+    """The values and the stamps of ``parts``' records, in order."""
+    if len(parts) == 1:
+        return parts[0].values, parts[0].stamps
+    values: list[Any] = []
+    stamps: list[Any] = []
+    for part in parts:
+        values += part.values
+        stamps += part.stamps
+    return values, stamps
+
+
+def _key_column(parts: Sequence[QueuedRecords]) -> list[Any] | None:
+    """Every record's key (None where it has none), or None when no record has one."""
+    if not any(part.keys for part in parts):
         return None
-    keyed = [len(part.keys or ()) for part in parts]
-    keys: list[Any] | None = None
-    if any(keyed):
-        if keyed != [len(part.values) for part in parts]:
-            return None  # some records have keys and some not
-        keys = []
-        for part in parts:
+    keys: list[Any] = []
+    for part in parts:
+        part_keys = part.keys or {}
+        if len(part_keys) == len(part.values):
             # Every record has a key, and keys are added in index order (QueuedRecords.keys):
             # the dict's values are the keys in record order, copied at C speed.
-            keys += (part.keys or {}).values()
-    if len(parts) == 1:
-        values, stamps = parts[0].values, parts[0].stamps
-    else:
-        values, stamps = [], []
-        for part in parts:
-            values += part.values
-            stamps += part.stamps
-    return encode_uniform_values(values, stamps, keys=keys, room=HEADER_SIZE, stamps_per_ms=stamps_per_ms)
+            keys += part_keys.values()
+        else:
+            keys += queued_columns(part)[1]
+    return keys
 
 
 def _pack_header(
@@ -633,6 +677,11 @@ def encode_values(
         length = lengths[0]
         if min(lengths) == length == max(lengths):
             data = _values_with_uniform_length(values, length)
+    if data is None and len(values) >= VARIED_MIN_RECORDS:
+        varied = encode_varied_values(
+            list(values), [timestamp_ms] * len(values), keys=None if keys is None else list(keys)
+        )
+        data = None if varied is None else varied[0]
     if data is None:
         data = _values_section(values, keys)
     return _finish_batch(

@@ -15,8 +15,10 @@ where only the timestamp and offset deltas change. Each run of records whose
 timestamp and offset deltas have the same varint widths is a 2-D array of
 identical rows, filled column by column, and the keys and values are copied
 in one ``bytes.join`` and one array assignment each, into a per-thread scratch buffer that
-the caller completes with the batch header. Anything else returns None and the
-caller runs the reference loop, which produces the same bytes (tests compare them).
+the caller completes with the batch header. Anything else returns None: records
+without headers go on to the varied encoder (:mod:`.varied_encode`, values and keys
+of many lengths), the rest to the reference loop; all three produce the same bytes
+(tests compare them).
 
 Timestamp deltas of 2 and 3 varint bytes matter: a producer that falls behind
 (a loaded machine, a slow broker) coalesces requests spanning more than 64 ms,
@@ -37,12 +39,22 @@ from .varint import zigzag
 
 _NULL = b"\x01"  # zigzag(-1): a null key
 
-__all__ = ["MIN_RECORDS", "encode_uniform_columns", "encode_uniform_records", "encode_uniform_values"]
+__all__ = [
+    "MIN_RECORDS",
+    "THREE_BYTES",
+    "delta_runs",
+    "encode_uniform_columns",
+    "encode_uniform_records",
+    "encode_uniform_values",
+    "int64_stamps",
+    "offset_varints",
+    "put_varints",
+]
 
 #: Below this many records the numpy set-up costs more than the loop saves.
 MIN_RECORDS = 32
 # Timestamp deltas below this take at most three varint bytes (zigzag < 2**21): about 17 minutes.
-_THREE_BYTES = 1 << 20
+THREE_BYTES = 1 << 20
 # More runs than this (timestamps whose varint width goes up and down): the loop is as quick.
 _MAX_RUNS = 64
 _keys, _values, _stamps, _headers = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
@@ -91,16 +103,18 @@ def encode_uniform_values(
     keys: list[Any] | None = None,
     room: int = 0,
     stamps_per_ms: int = 1,
+    value_lengths: list[int] | None = None,
 ) -> tuple[memoryview, int, int] | None:
     """:func:`encode_uniform_columns` for records known to have no headers.
 
     ``keys``: None when every key is null, else one key per record, all of one
     length (keyed records: the key is one more fixed-width column of the rows).
+    ``value_lengths``: ``len()`` of each value, when the caller has them.
     """
     count = len(values)
     if count < MIN_RECORDS:
         return None
-    value_rows = _fixed_width_rows(values, count)
+    value_rows = _fixed_width_rows(values, count, value_lengths)
     if value_rows is None:
         return None
     value_length = zigzag(value_rows.shape[1])
@@ -114,17 +128,17 @@ def encode_uniform_values(
             return None
         segments = [_constant(zigzag(key_rows.shape[1])), key_rows, _constant(value_length), value_rows]
     # Finer stamps (the producer's nanoseconds) come from a caller that checked them: no guard.
-    stamp_array = _int64_stamps(stamps, guarded=stamps_per_ms == 1)
+    stamp_array = int64_stamps(stamps, guarded=stamps_per_ms == 1)
     if stamp_array is None:
         return None
     if stamps_per_ms != 1:  # floored to milliseconds
         stamp_array //= stamps_per_ms
     base = int(stamp_array[0])
     deltas = stamp_array - base
-    if int(deltas.min()) < 0 or int(deltas.max()) >= _THREE_BYTES:
+    if int(deltas.min()) < 0 or int(deltas.max()) >= THREE_BYTES:
         return None  # (a negative delta, or one of four varint bytes: the loop)
     max_delta = int(deltas.max())
-    runs = _runs(deltas, count, max_delta)
+    runs = delta_runs(deltas, count, max_delta)
     if runs is None:
         return None
     tail = sum(segment.shape[-1] for segment in segments)
@@ -144,22 +158,27 @@ def _constant(data: bytes) -> Any:
     return np.frombuffer(data, np.uint8)
 
 
-def _fixed_width_rows(items: list[Any], count: int) -> Any:
-    """``items`` (bytes-like, all one length) as a count x length array, or None if they are not."""
-    try:
-        lengths = list(map(len, items))  # and count(): 15 ns a record less than a set
-        joined = b"".join(items)  # bytearray/memoryview items join as their bytes, as the loop encodes them
-    except TypeError:  # None, str, ...: the loop encodes or rejects them
-        return None
+def _fixed_width_rows(items: list[Any], count: int, lengths: list[int] | None = None) -> Any:
+    """``items`` (bytes-like, all one length) as a count x length array, or None if they are not
+    (``lengths``: their ``len()``, when the caller has them)."""
+    if lengths is None:
+        try:
+            lengths = list(map(len, items))  # and count(): 15 ns a record less than a set
+        except TypeError:  # None, str, ...: the loop encodes or rejects them
+            return None
     length = lengths[0]
     if lengths.count(length) != count:
+        return None  # (before joining: varied lengths go on to the varied encoder)
+    try:
+        joined = b"".join(items)  # bytearray/memoryview items join as their bytes, as the loop encodes them
+    except TypeError:
         return None
     if len(joined) != count * length:  # memoryviews whose len() is not their size in bytes
         return None
     return np.frombuffer(joined, np.uint8).reshape(count, length)
 
 
-def _int64_stamps(stamps: list[Any], *, guarded: bool = True) -> Any:
+def int64_stamps(stamps: list[Any], *, guarded: bool = True) -> Any:
     """``stamps`` as an int64 array, or None unless every one is an int (bools count) within int64.
 
     ``np.array(stamps, dtype=np.int64)`` takes half the time of letting numpy find the type
@@ -190,7 +209,7 @@ def _varint_widths(zigzagged: Any) -> Any:
     return 1 + (zigzagged >= 1 << 7).astype(np.int8) + (zigzagged >= 1 << 14).astype(np.int8)
 
 
-def _runs(deltas: Any, count: int, max_delta: int) -> list[tuple[int, int, int, int]] | None:
+def delta_runs(deltas: Any, count: int, max_delta: int) -> list[tuple[int, int, int, int]] | None:
     """Split records into runs of equal timestamp- and offset-delta varint widths, or None if too many.
 
     Offset deltas widen at 64, 8192 and 2**20 records; timestamp deltas wherever their
@@ -214,7 +233,7 @@ def _runs(deltas: Any, count: int, max_delta: int) -> list[tuple[int, int, int, 
     return runs
 
 
-def _offset_varints(stop: int) -> np.ndarray[Any, Any]:
+def offset_varints(stop: int) -> np.ndarray[Any, Any]:
     """Row i: the varint bytes of offset delta i (zigzag 2i), for i below at least ``stop``.
 
     Offset deltas are the same in every batch: one table (grown by doubling) replaces
@@ -260,7 +279,7 @@ def _row_size(delta_bytes: int, tail: int) -> int:
     return len(zigzag(body)) + body
 
 
-def _put_varints(rows: Any, at: int, zigzagged: Any, width: int) -> None:
+def put_varints(rows: Any, at: int, zigzagged: Any, width: int) -> None:
     """Write ``zigzagged`` (each ``width`` varint bytes long) into columns ``at`` onwards."""
     for i in range(width):
         byte = (zigzagged >> (7 * i)) & 0x7F
@@ -291,9 +310,9 @@ def _run(
     if ts_width == 1:  # zigzag of a delta below 64: its one varint byte
         rows[:, col] = deltas * 2
     else:
-        _put_varints(rows, col, deltas * 2, ts_width)
+        put_varints(rows, col, deltas * 2, ts_width)
     at = col + ts_width
-    rows[:, at : at + offset_width] = _offset_varints(stop)[first:stop, :offset_width]
+    rows[:, at : at + offset_width] = offset_varints(stop)[first:stop, :offset_width]
     at += offset_width
     for segment in segments:
         width = segment.shape[-1]
