@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -67,34 +68,45 @@ def _payload(size: int) -> bytes:
     return (b"0123456789abcdef" * (size // 16 + 1))[:size]
 
 
+def _values(n: int, size: int) -> list[bytes]:
+    """The ``n`` values every producer sends: ``size`` bytes each, or with --size-spread S
+    (KAFKAKIT_BENCH_SIZE_SPREAD) lengths from size - S to size + S, as JSON documents vary
+    (the same lengths, in the same order, for every client; distinct objects)."""
+    spread = int(os.environ.get("KAFKAKIT_BENCH_SIZE_SPREAD", "0"))
+    if not spread:
+        return [_payload(size)] * n
+    rng = random.Random(n)
+    longest = _payload(size + spread)
+    return [longest[: rng.randint(size - spread, size + spread)] for _ in range(n)]
+
+
 async def _produce_kafkakit(bootstrap: str, topic: str, n: int, size: int, codec: str | None, shape: str) -> float:
     """kafkakit's producer; ``shape``: "partition" (``partition=0``), "sticky" (none named),
     "keyed" (a key per record) or "bulk" (``send_batch``)."""
     from kafkakit import Producer
 
-    value = _payload(size)
+    values = _values(n, size)
     keys = _keys(n) if shape == "keyed" else []
     async with Producer(bootstrap_servers=bootstrap, acks=1, compression_type=codec, **_batching("linger_ms", "max_batch_size")) as producer:
         await producer.partitions_for(topic)
         start = time.perf_counter()
         if shape == "bulk":
             chunk = 10000
-            values = [value] * chunk
             futures = []
             for i in range(0, n, chunk):
-                futures.append(await producer.send_batch(topic, values[: min(chunk, n - i)], partition=0))
+                futures.append(await producer.send_batch(topic, values[i : i + chunk], partition=0))
             await asyncio.gather(*futures)
         else:
             send = producer.send
             last = None
             if shape == "keyed":
-                for key in keys:
+                for key, value in zip(keys, values, strict=True):
                     last = await send(topic, value, key=key)
             elif shape == "sticky":
-                for _ in range(n):
+                for value in values:
                     last = await send(topic, value)
             else:
-                for _ in range(n):
+                for value in values:
                     last = await send(topic, value, partition=0)
             await producer.flush()
             assert last is not None
@@ -106,12 +118,12 @@ def _keys(n: int) -> list[bytes]:
     return [b"key-%07d" % i for i in range(n)]
 
 
-async def _produce_gathering(producer: Any, topic: str, n: int, value: bytes) -> float:
+async def _produce_gathering(producer: Any, topic: str, n: int, values: list[bytes]) -> float:
     """``await send()`` per record, keeping the futures and gathering every GATHER_CHUNK (kafkakit, aiokafka)."""
     start = time.perf_counter()
     send = producer.send
     futures = []
-    for i in range(1, n + 1):
+    for i, value in enumerate(values, 1):
         futures.append(await send(topic, value, partition=0))
         if i % GATHER_CHUNK == 0 or i == n:
             await asyncio.gather(*futures)
@@ -124,7 +136,7 @@ async def _produce_kafkakit_gather(bootstrap: str, topic: str, n: int, size: int
 
     async with Producer(bootstrap_servers=bootstrap, acks=1, compression_type=codec, **_batching("linger_ms", "max_batch_size")) as producer:
         await producer.partitions_for(topic)
-        return await _produce_gathering(producer, topic, n, _payload(size))
+        return await _produce_gathering(producer, topic, n, _values(n, size))
 
 
 async def _produce_aiokafka_gather(bootstrap: str, topic: str, n: int, size: int, codec: str | None) -> float:
@@ -134,7 +146,7 @@ async def _produce_aiokafka_gather(bootstrap: str, topic: str, n: int, size: int
     await producer.start()
     try:
         await producer.partitions_for(topic)
-        return await _produce_gathering(producer, topic, n, _payload(size))
+        return await _produce_gathering(producer, topic, n, _values(n, size))
     finally:
         await producer.stop()
 
@@ -142,12 +154,12 @@ async def _produce_aiokafka_gather(bootstrap: str, topic: str, n: int, size: int
 def _produce_kafka_python_gather(bootstrap: str, topic: str, n: int, size: int, codec: str | None) -> float:
     from kafka import KafkaProducer
 
-    value = _payload(size)
+    values = _values(n, size)
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, compression_type=codec, **_batching("linger_ms", "batch_size"))
     producer.partitions_for(topic)
     start = time.perf_counter()
     futures = []
-    for i in range(1, n + 1):
+    for i, value in enumerate(values, 1):
         futures.append(producer.send(topic, value, partition=0))
         if i % GATHER_CHUNK == 0 or i == n:
             for future in futures:
@@ -161,7 +173,7 @@ def _produce_kafka_python_gather(bootstrap: str, topic: str, n: int, size: int, 
 async def _produce_aiokafka(bootstrap: str, topic: str, n: int, size: int, codec: str | None) -> float:
     from aiokafka import AIOKafkaProducer
 
-    value = _payload(size)
+    values = _values(n, size)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=1, compression_type=codec, **_batching("linger_ms", "max_batch_size"))
     await producer.start()
     try:
@@ -169,7 +181,7 @@ async def _produce_aiokafka(bootstrap: str, topic: str, n: int, size: int, codec
         start = time.perf_counter()
         send = producer.send
         last = None
-        for _ in range(n):
+        for value in values:
             last = await send(topic, value, partition=0)
         await producer.flush()
         assert last is not None
@@ -182,12 +194,12 @@ async def _produce_aiokafka(bootstrap: str, topic: str, n: int, size: int, codec
 def _produce_kafka_python(bootstrap: str, topic: str, n: int, size: int, codec: str | None) -> float:
     from kafka import KafkaProducer
 
-    value = _payload(size)
+    values = _values(n, size)
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, compression_type=codec, **_batching("linger_ms", "batch_size"))
     producer.partitions_for(topic)
     start = time.perf_counter()
     send = producer.send
-    for _ in range(n):
+    for value in values:
         send(topic, value, partition=0)
     producer.flush()
     elapsed = time.perf_counter() - start
@@ -215,12 +227,12 @@ def _confluent_producer(bootstrap: str, codec: str | None, **settings: str) -> A
 def _produce_confluent(
     bootstrap: str, topic: str, n: int, size: int, codec: str | None, flush_every: int = 0, sticky: bool = False
 ) -> float:
-    value = _payload(size)
+    values = _values(n, size)
     producer = _confluent_producer(bootstrap, codec)
 
-    # topic and value are bound as defaults: locals in the loop, as before (not closure cells).
-    def to_partition_0(produce: Any, poll: Any, topic: str = topic, value: bytes = value) -> None:
-        for i in range(n):
+    # topic and values are bound as defaults: locals in the loop, as before (not closure cells).
+    def to_partition_0(produce: Any, poll: Any, topic: str = topic, values: list[bytes] = values) -> None:
+        for i, value in enumerate(values):
             try:
                 produce(topic, value, partition=0)
             except BufferError:
@@ -231,8 +243,8 @@ def _produce_confluent(
             if flush_every and (i + 1) % flush_every == 0:
                 producer.flush(60)  # wait for this chunk's delivery reports, as gathering futures does
 
-    def unplaced(produce: Any, poll: Any, topic: str = topic, value: bytes = value) -> None:  # the partitioner chooses
-        for i in range(n):
+    def unplaced(produce: Any, poll: Any, topic: str = topic, values: list[bytes] = values) -> None:  # the partitioner chooses
+        for i, value in enumerate(values):
             try:
                 produce(topic, value)
             except BufferError:
@@ -245,11 +257,11 @@ def _produce_confluent(
 
 
 def _produce_confluent_keyed(bootstrap: str, topic: str, n: int, size: int, codec: str | None) -> float:
-    value, keys = _payload(size), _keys(n)
+    values, keys = _values(n, size), _keys(n)
     producer = _confluent_producer(bootstrap, codec, partitioner="murmur2_random")  # Java's placement
 
-    def keyed(produce: Any, poll: Any, topic: str = topic, value: bytes = value) -> None:
-        for i, key in enumerate(keys):
+    def keyed(produce: Any, poll: Any, topic: str = topic, values: list[bytes] = values) -> None:
+        for i, (key, value) in enumerate(zip(keys, values, strict=True)):
             try:
                 produce(topic, value, key=key)
             except BufferError:
@@ -586,6 +598,10 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument(
+        "--size-spread", type=int, default=0,
+        help="value lengths from size - S to size + S (JSON-like records) instead of all size bytes",
+    )
+    parser.add_argument(
         "--partitions", type=int, default=1,
         help="partitions of each producer's topic (partition=0 producers still use one; sticky and keyed spread)",
     )
@@ -606,6 +622,7 @@ def main() -> None:
         args.records = args.records if records_given else 20_000
         args.runs, args.brokers = 1, "broker_min"
     os.environ["KAFKAKIT_BENCH_BATCHING"] = args.batching
+    os.environ["KAFKAKIT_BENCH_SIZE_SPREAD"] = str(args.size_spread)
     results = measure(args)
     text = report(results, args.records, args.size)
     print(text)

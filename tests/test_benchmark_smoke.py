@@ -14,6 +14,7 @@ def test_throughput_benchmark_smoke_run() -> None:
         [
             sys.executable, "benchmarks/throughput.py", "--smoke", "--codecs", "lz4", "--records", "5000",
             "--consumers", "kafkakit,aiokafka,kafka-python,confluent,kafkakit-iter,aiokafka-iter",
+            "--size-spread", "60",  # values of 40-160 B: the varied-length paths of every client
         ],  # fmt: skip
         cwd=ROOT,
         capture_output=True,
