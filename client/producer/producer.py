@@ -62,7 +62,7 @@ from kafkakit.producer.sender import Sender
 from kafkakit.producer.settings import check_settings
 from kafkakit.producer.topic_state import TopicState
 from kafkakit.producer.transactions import TransactionHandle, TransactionManager, TransactionState
-from kafkakit.protocol.framing import ApiKey
+from kafkakit.protocol.framing import ApiKey, preload
 from kafkakit.records import Compression
 from kafkakit.structs import Header, OffsetAndMetadata, RecordMetadata, TopicPartition
 
@@ -280,9 +280,15 @@ class Producer:
             return
         await self._cluster.start()
         identity = self._identity
+        try:
+            conn = await self._cluster.any_connection()
+        except BaseException:
+            await self._cluster.close()
+            raise
+        if conn.supports(ApiKey.PRODUCE):  # (else the first send raises UnsupportedVersionError)
+            preload(ApiKey.PRODUCE, conn.version(ApiKey.PRODUCE))  # not in the first send's way
         if identity is not None and self._txn is None:
             try:
-                conn = await self._cluster.any_connection()
                 await identity.init_producer_id(
                     conn, bump=False, timeout=self._request_timeout_ms / 1000, backoff=self._retry_backoff
                 )
