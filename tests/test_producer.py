@@ -302,6 +302,28 @@ async def test_record_over_max_request_size_fails_at_send(broker: RunningBroker,
     assert meta.offset == 0
 
 
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"max_request_size": 10_000}, "max_request_size"),
+        ({"max_request_size": 10_000, "max_batch_size": 50_000}, "max_request_size"),  # batches above requests
+        ({"buffer_memory": 12_000, "max_batch_size": 4_000}, "buffer_memory"),
+    ],
+)
+async def test_a_record_too_large_is_refused_on_every_send_path(
+    broker: RunningBroker, topic: str, settings: dict[str, int], named: str
+) -> None:
+    """Also into an open batch with room by its size limit (the sticky path checks the size
+    only when a record does not fit its batch): keyless, keyed and with a partition."""
+    async with producer_for(broker, linger_ms=500, **settings) as producer:
+        first = await producer.send(topic, b"small")
+        for shape in ({}, {"key": b"k"}, {"partition": 0}, {}):
+            with pytest.raises(RecordTooLargeError, match=named):
+                await producer.send(topic, b"x" * 20_000, **shape)  # type: ignore[arg-type]
+        last = await producer.send(topic, b"x" * 3_000)
+        assert [(await first).offset, (await last).offset] == [0, 1]
+
+
 async def test_broker_size_limit_fails_with_typed_error(broker: RunningBroker, topic: str) -> None:
     await create_topic(broker.bootstrap_servers, topic, 1, {"max.message.bytes": "3000"})
     async with producer_for(broker, max_batch_size=2000) as producer:

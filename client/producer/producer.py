@@ -399,8 +399,8 @@ class Producer:
                 headers, header_size = check_headers(headers)
                 size += header_size
                 held += HEADERS_MEMORY_OVERHEAD
-        if size > self._max_record_size:
-            raise self._too_large(size)
+        # A record too large for a request is refused before anything else, in each branch
+        # below: on the sticky path only when its batch is full (see _sticky_limit).
         try:  # a subscript in a try costs less than dict.get()
             state = self._topics[topic]
         except KeyError:
@@ -417,10 +417,14 @@ class Producer:
                 batch = pq.open
                 limit = state.sticky_limit
                 if batch is None or batch.size + size > limit:
+                    if size > self._max_record_size:
+                        raise self._too_large(size)
                     pq = self._switch_sticky(topic, state, size)
                     batch = None
                     limit = state.sticky_limit
             elif self._partitioner is None:
+                if size > self._max_record_size:
+                    raise self._too_large(size)
                 pq = state.single
                 if pq is None:
                     # None for a key not seen lately: the record is parked (below) and placed
@@ -429,10 +433,14 @@ class Producer:
                 batch = None
                 limit = self._batch_limit
             else:
+                if size > self._max_record_size:
+                    raise self._too_large(size)
                 pq = state.queues[self._user_partition(state, key)]
                 batch = None
                 limit = self._batch_limit
         else:
+            if size > self._max_record_size:
+                raise self._too_large(size)
             try:
                 pq = state.send_queues[partition]  # empty while keyed records are parked
             except KeyError:
@@ -567,8 +575,12 @@ class Producer:
         cannot grow by that much, max_batch_size: they open a new batch."""
         batch = pq.open
         if batch is None or batch.size + self._max_batch_size - BATCH_HEADER_SIZE > self._batch_limit:
-            return self._max_batch_size
-        return batch.size + self._max_batch_size - BATCH_HEADER_SIZE
+            limit = self._max_batch_size
+        else:
+            limit = batch.size + self._max_batch_size - BATCH_HEADER_SIZE
+        # A batch holds at least its header: a record that fits below this limit is no larger
+        # than _max_record_size, which send() then need not check on its sticky path.
+        return min(limit, self._max_record_size + BATCH_HEADER_SIZE)
 
     def _user_partition(self, state: TopicState, key: bytes | None) -> int:
         """The user partitioner's choice for a record, which must be one of the topic's (with the
