@@ -729,13 +729,34 @@ async def wait_read(
     def what() -> str:
         gone = missing()
         errors = [e for c in consumers for e in c.errors[-2:]]
-        return f"the group has not read {len(gone)} of {len(wanted)} acknowledged records; errors {errors}"
+        return (
+            f"the group has not read {len(gone)} of {len(wanted)} acknowledged records; errors {errors}; "
+            + _where_reads_stopped(consumers, [a for a in acks if (a.key, a.value) in gone])
+        )
 
     deadline = time.monotonic() + timeout
     while missing():  # a set difference per check: poll every 0.2 s, not 0.02
         if time.monotonic() > deadline:
             raise TimeoutError(f"after {timeout:.0f}s: {what()}")
         await asyncio.sleep(0.2)
+
+
+def _where_reads_stopped(consumers: Sequence[VerifiableConsumer], unread: Sequence[Ack]) -> str:
+    """For a failure message: the unread records' offsets by partition, where each member's reads
+    of each partition ended, and each member's last rebalance (a stuck member or a lost record)."""
+    unread_by_partition: dict[int, list[int]] = {}
+    for ack in unread:
+        unread_by_partition.setdefault(ack.partition, []).append(ack.offset)
+    unread_text = {p: f"{min(o)}-{max(o)} ({len(o)})" for p, o in sorted(unread_by_partition.items())}
+    reads = []
+    for consumer in consumers:
+        last: dict[int, tuple[int, float]] = {}
+        for record in consumer.records:
+            if record.offset >= last.get(record.partition, (-1, 0.0))[0]:
+                last[record.partition] = (record.offset, record.time)
+        rebalance = consumer.rebalances[-1] if consumer.rebalances else None
+        reads.append(f"{consumer.name}: last read {dict(sorted(last.items()))}, last rebalance {rebalance}")
+    return f"unread offsets by partition {unread_text}; now {time.monotonic():.1f}; " + "; ".join(reads)
 
 
 async def wait_copied(copiers: Sequence[TransactionalCopier], count: int, timeout: float = 60.0) -> None:

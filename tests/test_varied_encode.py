@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -22,6 +21,7 @@ from kafkakit.records.varied_encode import VARIED_MIN_RECORDS, encode_varied_val
 
 from tests.brokers import RunningBroker
 from tests.test_producer import consume, create_topic, producer_for
+from tests.test_records import _Queued
 
 BASE_TS = 1_700_000_000_000
 
@@ -135,24 +135,10 @@ def test_varied_encoder_declines_what_the_loop_must_decide() -> None:
     assert _varied(as_bytearrays) == _loop(as_bytearrays)
 
 
-@dataclass
-class _Queued:
-    """Records as columns, the shape of the producer's batches (kafkakit.records.QueuedRecords)."""
-
-    values: list[Any] = field(default_factory=list)
-    stamps: list[Any] = field(default_factory=list)
-    keys: dict[int, Any] | None = None
-    headers: dict[int, Any] | None = None
-
-
 def _queued(records: list[Record]) -> _Queued:
-    queued = _Queued()
-    for index, (key, value, stamp, _) in enumerate(records):
-        queued.values.append(value)
-        queued.stamps.append(stamp * 1_000_000 + index % 999_999)  # the producer's nanoseconds
-        if key is not None:
-            queued.keys = queued.keys or {}
-            queued.keys[index] = key
+    """The producer's shape of batch, its stamps in nanoseconds (not whole milliseconds)."""
+    queued = _Queued.of(records, stamps_per_ms=1_000_000)
+    queued.stamps = [stamp + index % 999_999 for index, stamp in enumerate(queued.stamps)]
     return queued
 
 
