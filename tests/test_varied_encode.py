@@ -122,6 +122,8 @@ def test_varied_encoder_declines_what_the_loop_must_decide() -> None:
         [(None, b"v" * (40000 if i == 5 else i % 7), BASE_TS, ()) for i in range(n)],
         [(b"k" * (40000 if i == 5 else i % 7), b"v", BASE_TS, ()) for i in range(n)],
         [(b"k" if i == 5 else None, b"v", BASE_TS, ()) for i in range(n)] + [(None, 7, BASE_TS, ())],
+        [("key" if i == 5 else b"abc", b"v", BASE_TS, ()) for i in range(n)],  # a text key of the keys' length
+        [(memoryview(bytes(12)).cast("I") if i == 5 else b"abc", b"v", BASE_TS, ()) for i in range(n)],
     ]
     for records in cases:
         assert _varied(records) is None

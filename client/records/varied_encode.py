@@ -8,19 +8,22 @@ Each record is::
 
     length | 0 | timestampDelta | offsetDelta | keyLength | key | valueLength | value | 0
 
-and the records section is joined (one ``bytes.join``) from these pieces per record:
+Everything between one record's value and the next one's (the previous record's
+headerCount, the length varint, attributes, the deltas, the key length, and the key
+and the value length when every key has one length) is one row of a numpy matrix:
 
-- the previous record's headerCount (0) and this record's length varint: looked up
-  by length (a few distinct lengths per batch);
-- ``0 | timestampDelta | offsetDelta | keyLength`` (and ``valueLength`` when every key
-  is null): rows of a numpy matrix, written column by column over each run of records
-  whose timestamp and offset deltas have one varint width (as the uniform encoder's),
-  made bytes by one ``tolist()`` of the matrix viewed as fixed-width byte strings,
-  which drops each row's zero padding after a last varint narrower than its column;
-- the key, the value length (keyed records: the shared small-varint table) and the value.
+- the rows are written column by column over each run of records whose timestamp and
+  offset deltas have one varint width (as the uniform encoder's), as if every length
+  varint were as narrow as the narrowest, then shifted right where it is wider (each
+  row read as a little-endian integer of 64-bit lanes: the shift is a bit shift);
+- one ``tolist()`` of the matrix viewed as fixed-width byte strings makes the rows bytes
+  objects, dropping each row's zero padding (the few rows whose last byte is a real
+  zero, an empty value or key, get it back);
+- one ``bytes.join`` interleaves the rows with the values (and, for keys of several
+  lengths, with the keys and the value lengths, from the shared small-varint table).
 
 Records with headers, timestamps before the batch's first or more than about 17
-minutes after it, or fields too long for the tables return None, and the caller
+minutes after it, or keys and values of 32 KiB or more return None, and the caller
 runs the reference loop, which produces the same bytes (tests compare them).
 """
 
@@ -96,7 +99,10 @@ def encode_varied_values(
         key_width = key_lengths[0]
         if 0 <= key_width <= _MAX_KEY_COLUMNS and key_lengths.count(key_width) == count:
             # Keys of one length go in the rows: one piece a record fewer to join.
-            key_rows = np.frombuffer(b"".join(key_pieces), np.uint8).reshape(count, key_width)
+            try:
+                key_rows = np.frombuffer(b"".join(key_pieces), np.uint8).reshape(count, key_width)
+            except (TypeError, ValueError):  # text, or memoryviews of wider items: the loop decides
+                return None
         else:
             kl = np.array(key_lengths, dtype=np.int64)
             if int(kl.max()) >= SMALL_LIMIT:
