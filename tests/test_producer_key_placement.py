@@ -204,9 +204,12 @@ async def test_a_failed_placement_fails_its_records_and_returns_their_memory(
 
 
 async def test_records_sent_by_send_batch_queue_behind_parked_ones(broker: RunningBroker, topic: str) -> None:
+    """Idempotent: a new topic's first Produce may get NOT_LEADER_OR_FOLLOWER from Kafka, and
+    without idempotence a retried batch may land behind a younger one already in flight (as
+    Kafka documents for max_in_flight > 1), which this test then took for a queueing error."""
     await create_topic(broker.bootstrap_servers, topic, 3)
     keys = [f"k{i % 40}".encode() for i in range(120)]
-    async with producer_for(broker) as producer:
+    async with producer_for(broker, acks="all") as producer:
         await producer.partitions_for(topic)
         parked = [await producer.send(topic, b"first", key=key) for key in keys]
         assert _parked(producer, topic) == 120
