@@ -837,15 +837,32 @@ async def test_a_broker_restart_keeps_committed_offsets_metadata_and_the_generat
                 (TOPIC, 2): (42, 7, "", ErrorCode.none),
                 (TOPIC, 3): (-1, -1, "", ErrorCode.none),
             }
+            # As in Kafka: the group is back Stable with its members, generation, protocol, leader
+            # and assignments, and each member's session armed as a fresh heartbeat.
             described = await describe(client, "g-persist")
-            assert (described.group_state, described.protocol_type, described.members) == (
-                "Empty",
+            assert (described.group_state, described.protocol_type, described.protocol_data) == (
+                "Stable",
                 CONSUMER,
-                (),
+                "range",
             )
+            assert {(m.member_id, m.member_assignment) for m in described.members} == {
+                (m.member_id, f"a-{m.member_id}".encode()) for m in members
+            }
             assert (await describe(client, "g-persist-deleted")).group_state == "Dead"
+            # The members go on over new connections with their ids and generation: no rebalance.
+            again = [Member(await made.new(), "g-persist") for _ in members]
+            for new, old in zip(again, members, strict=True):
+                new.member_id, new.generation, new.last_join = old.member_id, old.generation, old.last_join
+                assert new.generation == 2
+                assert await new.heartbeat() == ErrorCode.none
+                assert await new.commit({(TOPIC, 3): (43, None)}) == {(TOPIC, 3): ErrorCode.none}
+                assert (await new.sync()).assignment == f"a-{new.member_id}".encode()
             member = await made.member("g-persist")
-            assert (await member.join()).generation_id == 3
+            joining = asyncio.create_task(member.join())
+            await asyncio.sleep(0.2)
+            assert {await m.heartbeat() for m in again} == {ErrorCode.rebalance_in_progress}
+            joins = await asyncio.gather(joining, *(m.join() for m in again))
+            assert {j.generation_id for j in joins} == {3}
         finally:
             made.close()
 

@@ -152,11 +152,24 @@ async def test_an_unloaded_offsets_partition_answers_not_coordinator_and_reloadi
     assert groups.owned_partitions == {0, 1, 2, 3}
     assert (await fetch_offsets(client, moved, {TOPIC: [0]}))[(TOPIC, 0)][:3] == (42, 7, "m")
     described = await describe(client, moved)
-    # As after a restart: the group is back Empty at its generation, its members rejoin.
-    assert (described.error_code, described.group_state) == (ErrorCode.none, "Empty")
-    rejoined = Member(client, moved)
-    await stable_group([rejoined])
-    assert rejoined.generation == leader.generation + 1
+    # As in Kafka: the group is back Stable with the members of its last stored generation; the
+    # rebalance the joiner started was not stored.  The leader goes on without rejoining.
+    assert (described.error_code, described.group_state) == (ErrorCode.none, "Stable")
+    assert [m.member_id for m in described.members] == [leader.member_id]
+    assert await leader.heartbeat() == ErrorCode.none
+    assert await leader.commit({(TOPIC, 0): (43, None)}) == {(TOPIC, 0): ErrorCode.none}
+    assert (await joiner.join_once()).error_code == ErrorCode.unknown_member_id
+    # A new member starts a rebalance as usual; the leader rejoins and both get the next generation.
+    joiner = Member(other, moved)
+    generation = leader.generation
+    joining = asyncio.create_task(joiner.join())
+    for _ in range(100):
+        if await leader.heartbeat() == ErrorCode.rebalance_in_progress:
+            break
+        await asyncio.sleep(0.01)
+    joins = await asyncio.gather(leader.join(), joining)
+    assert [j.error_code for j in joins] == [ErrorCode.none, ErrorCode.none]
+    assert leader.generation == joiner.generation == generation + 1
     other.close()
 
 

@@ -14,7 +14,8 @@ Timers (:mod:`.timers`) mirror Kafka's timer keys, one ``loop.call_later`` handl
 
 - ``("heartbeat", group, member)``: session expiry (a new member's JoinGroup gets
   ``new_member_join_timeout_ms`` instead); re-armed by Heartbeat, OffsetCommit,
-  join completion and assignment propagation;
+  join completion and assignment propagation, and armed afresh for the members of a
+  group loaded from ``__consumer_offsets`` (:meth:`ClassicGroupProtocol.on_loaded`);
 - ``("join", group)``: the initial rebalance delay of a new/empty group (extended
   while members keep arriving, up to the rebalance timeout), else the rebalance
   timeout after which members that did not rejoin are dropped;
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -71,6 +72,20 @@ class ClassicGroupProtocol:
         self._timers = timers
         self._persist = persist
         self.coordinator_error = coordinator_error
+
+    def on_loaded(self, groups: Iterable[ClassicGroup]) -> None:
+        """Groups just loaded from ``__consumer_offsets`` (Stable with their members, or Empty):
+        arm every member's session as if it had just heartbeated, as Kafka does, so the members
+        of a group whose coordinator moved go on with their generation, and those that do not
+        come back expire and start a rebalance."""
+        for group in groups:
+            if group.members:
+                log.info(
+                    "group %s loaded %s at generation %d with %d member(s)",
+                    group.group_id, group.state.value, group.generation_id, len(group.members),
+                )  # fmt: skip
+            for member in group.members.values():
+                self.reschedule_heartbeat(group, member)
 
     def on_unloaded(self, groups: Mapping[str, ClassicGroup]) -> None:
         """The partition of ``groups`` was unloaded: answer their parked JoinGroup/SyncGroup

@@ -3,20 +3,24 @@
 Handlers build :class:`JoinRequest`/:class:`SyncRequest` with version differences
 already resolved; DescribeGroups and ListGroups answers are built here from the
 coordinator's groups (:func:`describe_group`, :func:`list_groups`), and so is the
-metadata record a group is stored as (:func:`group_metadata_record`).
+metadata record a group is stored as (:func:`group_metadata_record`) and the group a
+loaded record brings back (:func:`group_from_record`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
 from .consumer_group_protocol import ConsumerSettings
-from .group import ClassicGroup, GroupState, Protocols
+from .group import ClassicGroup, GroupState, Member, Protocols
 from .group_records import GroupKey, GroupValue, MemberValue, encode_group_key, encode_group_value
 from .offsets_topic import CoordinatorRecord
+
+log = logging.getLogger("kafkakit.broker.groups")
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,3 +155,44 @@ def group_metadata_record(group: ClassicGroup, assignment: Mapping[str, bytes]) 
         members,
     )
     return encode_group_key(GroupKey(group.group_id)), encode_group_value(value)
+
+
+def group_from_record(group_id: str, value: GroupValue) -> ClassicGroup:
+    """The group a loaded ``GroupMetadataValue`` describes, as Kafka's replay rebuilds it.
+
+    Stable with the stored members when there are any (each with the group's protocol as its only
+    one, its subscription as that protocol's metadata, its assignment, its timeouts and its
+    instance id), else Empty; the generation, protocol type and name, leader and state timestamp
+    as stored.  Nothing of a rebalance in progress is stored, so none comes back: the coordinator
+    arms each member's session as a fresh heartbeat (:meth:`ClassicGroupProtocol.on_loaded`).
+    """
+    group = ClassicGroup(
+        group_id,
+        state=GroupState.STABLE if value.members else GroupState.EMPTY,
+        state_timestamp_ms=value.current_state_timestamp,
+        protocol_type=value.protocol_type or None,
+        protocol_name=value.protocol,
+        generation_id=value.generation,
+        leader_id=value.leader,
+    )
+    for stored in value.members:
+        if stored.group_instance_id is not None and stored.group_instance_id in group.static_members:
+            log.warning(
+                "group %s: skipping stored member %s, its instance id %s is another's",
+                group_id, stored.member_id, stored.group_instance_id,
+            )  # fmt: skip
+            continue
+        protocols: Protocols = ((value.protocol, stored.subscription),) if value.protocol is not None else ()
+        member = Member(
+            stored.member_id,
+            stored.group_instance_id,
+            stored.client_id,
+            stored.client_host,
+            stored.rebalance_timeout,
+            stored.session_timeout,
+            value.protocol_type,
+            protocols,
+            assignment=stored.assignment,
+        )
+        group.add(member)
+    return group

@@ -16,8 +16,9 @@ module of its own:
 Persistence: group metadata and committed offsets are appended to
 ``__consumer_offsets`` (see :mod:`.offsets_topic`) before the in-memory state
 changes, as Kafka does, and :meth:`GroupCoordinator.load` replays that topic on
-start-up (:mod:`.group_loading`).  Groups come back Empty with their last
-generation and protocol type; their members are not restored (they rejoin).
+start-up (:mod:`.group_loading`).  Classic groups come back as Kafka brings them
+back: Stable with the members, generation, protocol, leader and assignments of their
+last completed generation (each member's session armed afresh), or Empty.
 
 Partitions (cluster mode, issue 13): a group belongs to one ``__consumer_offsets``
 partition and is served only while that partition is loaded here
@@ -121,7 +122,7 @@ class GroupCoordinator:
         self._offsets.validate_consumer_commit = lambda group, member, epoch, txn, version: (
             self._consumer.validate_commit(group, member, epoch, transactional=txn, api_version=version)
         )
-        self._loader.on_loaded = lambda loaded: self._consumer.on_loaded(loaded.consumer_groups.values())
+        self._loader.on_loaded = self._on_loaded
         #: Partitions loaded or loading here (``.loading``, ``.error(partition)``).
         self.partitions = self._loader.partitions
 
@@ -141,6 +142,10 @@ class GroupCoordinator:
         offsets, answer their parked JoinGroup/SyncGroup NOT_COORDINATOR and cancel their timers.
         Ignored (False) when loaded at ``epoch`` or later; None always unloads."""
         return self._loader.unload_partition(partition, epoch)
+
+    def _on_loaded(self, loaded: GroupTables) -> None:
+        self._classic.on_loaded(loaded.groups.values())
+        self._consumer.on_loaded(loaded.consumer_groups.values())
 
     def _on_unloaded(self, removed: GroupTables) -> None:
         self._classic.on_unloaded(removed.groups)

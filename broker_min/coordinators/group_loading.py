@@ -2,8 +2,18 @@
 
 Replaying a partition rebuilds a :class:`~.group_offsets.GroupTables`: the last value per
 key wins (which is also what the log cleaner leaves), transactional offsets are held per
-producer until their transaction's COMMIT/ABORT marker in the same partition, and groups
-come back Empty with their last generation and protocol type (members rejoin).
+producer until their transaction's COMMIT/ABORT marker in the same partition, and classic
+groups come back as their last ``GroupMetadataValue`` stored them, as in Kafka: a group with
+members is Stable with those members (ids, instance ids, client ids and hosts, timeouts,
+subscriptions, assignments), its generation, protocol type and name and its leader; one without
+is Empty at its generation.  That record is written when a generation's assignment is stored
+(SyncGroup of the leader), when a static member is replaced and when the group empties, so a
+rebalance in progress is not in it and does not come back (a member that joined it is unknown,
+the others' newer generation is ILLEGAL_GENERATION, and they rejoin).  Once the partition is
+loaded the coordinator arms each loaded member's session timeout as a fresh heartbeat
+(``on_loaded``), so after a coordinator failover or a restart the members go on heartbeating
+and committing with their generation, without a rebalance, and a member that does not come
+back within its session timeout is removed and the group rebalances.
 
 The coordinator loads a partition into fresh tables and :func:`merge` s them into its own
 when the load completes, so a partition being loaded shows nothing half-replayed; unloading
@@ -45,7 +55,7 @@ class GroupLoader:
         self._store = store
         self._tables = tables
         self._on_unloaded = on_unloaded
-        #: Gets what a load added (the coordinator arms the consumer members' session timeouts).
+        #: Gets what a load added (the coordinator arms the loaded members' session timeouts).
         self.on_loaded: Callable[[GroupTables], None] = lambda _loaded: None
         self.partitions = CoordinatorPartitions(OFFSETS_TOPIC)
 

@@ -28,6 +28,7 @@ from kio.schema.errors import ErrorCode
 
 from .consumer_group import ConsumerGroup
 from .group import ClassicGroup, GroupError, GroupState, Member, now_ms
+from .group_api import group_from_record
 from .group_records import (
     GroupKey,
     OffsetKey,
@@ -106,13 +107,8 @@ class GroupTables:
         if value is None:
             self.groups.pop(key.group, None)
             return
-        stored = decode_group_value(value)
-        self.groups[key.group] = ClassicGroup(
-            key.group,
-            state_timestamp_ms=stored.current_state_timestamp,
-            protocol_type=stored.protocol_type or None,
-            generation_id=stored.generation,
-        )
+        # Stable with its members when it has any (their sessions are armed once loaded), else Empty.
+        self.groups[key.group] = group_from_record(key.group, decode_group_value(value))
 
     # -- transactional offsets ---------------------------------------------------------------
 
