@@ -20,8 +20,24 @@
   ACLs and the SCRAM credentials are the image's (``--add-scram`` entries go to the controller).
 
 Start-up does not wait for the quorum: a node alone cannot elect a leader, so
-:meth:`ClusterRuntime.start` returns at once and the node answers clients as soon as its image
-lists brokers; :meth:`ClusterRuntime.wait_ready` waits until it is registered and unfenced.
+:meth:`ClusterRuntime.start` returns at once, with the broker's listeners bound but not yet
+processing requests. As Kafka's BrokerServer does (it enables request processing once the
+lifecycle's ``initialCatchUpFuture`` completed), the node serves clients only after its initial
+catch-up: the first heartbeat answer saying ``is_caught_up``, i.e. its image has replayed the
+metadata log up to this incarnation's RegisterBrokerRecord, so it holds every record the
+controller had written before the node registered (all committed by then). After a restart the replayed
+log prefix can already list every broker and older ACLs and SCRAM users, so answering earlier
+would let a deleted user log in or a deleted ACL allow access. The broker then calls
+``on_caught_up`` (:class:`~kafkakit.broker.server.Broker` opens its gate): connections that
+arrived earlier were accepted but their requests (ApiVersions, SASL, Metadata, a follower's
+Fetch) waited unread, and are served now; a client whose request timeout ends first gets no
+answer and retries, as with Kafka, which starts processing requests only after that catch-up
+(and its first unfencing, which here comes with the same heartbeat answer). The gate stays
+open for the life of the process, whatever fencing follows. Nothing catch-up needs goes through
+the broker listeners: the quorum, registration and heartbeats use the controller listener
+(:class:`~kafkakit.broker.raft.RaftEndpoint`), which is served from the start, so the gate
+cannot deadlock a cluster. :meth:`ClusterRuntime.wait_ready` waits until the node has caught
+up and is unfenced (the controller unfences it on that same heartbeat).
 """
 
 from __future__ import annotations
@@ -30,6 +46,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from kafkakit.broker.cluster_coordinators import CoordinatorLeadership
@@ -89,8 +106,16 @@ def controller_settings(config: BrokerConfig) -> ControllerSettings:
 class ClusterRuntime:
     """The quorum, controller, lifecycle and replica manager of one combined node."""
 
-    def __init__(self, state: BrokerState, config: BrokerConfig, data_dir: Path) -> None:
+    def __init__(
+        self,
+        state: BrokerState,
+        config: BrokerConfig,
+        data_dir: Path,
+        *,
+        on_caught_up: Callable[[], None] | None = None,
+    ) -> None:
         self.state = state
+        self._on_caught_up = on_caught_up
         self.config = config
         raft_settings = raft_config(config, state.cluster_id)
         self.voters = raft_settings.voters
@@ -131,6 +156,7 @@ class ClusterRuntime:
         self.lifecycle = BrokerLifecycle(
             self.channel, self.config.node_id, state.cluster_id, listeners,
             lambda: self.loader.image.offset, self.config.broker_heartbeat_interval_ms,
+            on_caught_up=self._on_caught_up,
         )  # fmt: skip
         lifecycle = self.lifecycle
         self.replicas = ReplicaManager(
@@ -190,9 +216,12 @@ class ClusterRuntime:
         self.state.image = image
 
     async def wait_ready(self, timeout: float) -> None:
-        """Wait until this broker is registered and unfenced (TimeoutError after ``timeout`` s)."""
+        """Wait until this broker has caught up with the metadata log (it serves clients) and is
+        unfenced (TimeoutError after ``timeout`` s)."""
         assert self.lifecycle is not None
-        await self.lifecycle.wait_unfenced(timeout)
+        async with asyncio.timeout(timeout):
+            await self.lifecycle.wait_caught_up(timeout)
+            await self.lifecycle.wait_unfenced(timeout)
 
     async def stop(self, *, graceful: bool = True) -> None:
         """Controlled shutdown when ``graceful`` (leaderships move away first), then stop everything."""

@@ -235,7 +235,11 @@ class LocalCluster:
             node.paused = False
 
     async def wait_ready(self, timeout: float | None = None) -> None:
-        """Wait until every running, unpaused node answers Metadata listing all of them as live."""
+        """Wait until every running, unpaused node answers Metadata listing all of them as live.
+
+        A node answers only once its metadata has caught up with the log (its requests wait
+        until then, see :mod:`kafkakit.broker.cluster_mode`), so an answer is never a replayed
+        prefix of the log from before a restart."""
         loop = asyncio.get_running_loop()
         limit = self.startup_timeout if timeout is None else timeout
         deadline = loop.time() + limit

@@ -17,6 +17,12 @@ DN is the principal), and SASL listeners run each connection through
 :class:`~kafkakit.broker.security.authenticator.SaslConnection` before any other
 request than ApiVersions is served.  The principal reaches handlers through the
 session context (:mod:`kafkakit.broker.security.principal`).
+
+Start-up gate: a connection's reader reads nothing until the broker serves requests. A single
+node serves once :meth:`Broker.start` has opened its state; a cluster node only once its metadata
+image has caught up with the log (:mod:`kafkakit.broker.cluster_mode`), so that it never answers,
+authenticates or authorizes from a stale image after a restart. Earlier connections are held,
+their requests unanswered, until then (or until the client gives up).
 """
 
 from __future__ import annotations
@@ -100,8 +106,11 @@ class _Connection:
         writer: asyncio.StreamWriter,
         security: ListenerSecurity,
         metrics: BrokerMetrics | None = None,
+        serving: asyncio.Event | None = None,
     ) -> None:
         self._state = state
+        # Set once the broker serves requests (the start-up gate); None: at once.
+        self._serving = serving
         # None unless metrics_port is set: the request path then skips every metrics step.
         self._metrics = metrics
         self._stats: ListenerStats | None = (
@@ -158,6 +167,8 @@ class _Connection:
         CLIENT_HOST.set("/" + host)
         listener = self._security.listener
         SESSION.set(Session(peer_principal(self._writer.get_extra_info("ssl_object")), host, listener.name))
+        if self._serving is not None:
+            await self._serving.wait()  # nothing is read (the client's requests wait) until then
         with contextlib.suppress(_ConnectionClosed, ConnectionError):
             while True:
                 body = await self._read_frame(min_size=1 if self._raw_sasl_tokens else MIN_FRAME_BYTES)
@@ -418,6 +429,9 @@ class Broker:
         self._servers: dict[str, asyncio.Server] = {}
         self._bound: list[Listener] = []
         self._state: BrokerState | None = None
+        # The start-up gate: connections are accepted at once but served only once it is set.
+        self._serving = asyncio.Event()
+        self._closing = False
         self._connections: set[_Connection] = set()
         # Built only when metrics_port is set, so that a broker without it has no instrumentation.
         self._metrics: BrokerMetrics | None = None
@@ -474,13 +488,15 @@ class Broker:
         state = BrokerState(self.data_dir, self.config)
         for entry in self._add_scram:
             state.scram_credentials.add(entry)
+        self._serving = asyncio.Event()
+        self._closing = False
         try:
             if self._metrics is not None and self.config.metrics_port is not None:
                 self._metrics_server = MetricsServer(self._metrics.registry)
                 await self._metrics_server.start(self.host, self.config.metrics_port)
             for listener in self._listeners:
                 server = await asyncio.start_server(
-                    functools.partial(self._on_connection, self._security[listener.name]),
+                    functools.partial(self._on_connection, state, self._security[listener.name]),
                     listener.host,
                     listener.port,
                     ssl=self._ssl.get(listener.name),
@@ -500,7 +516,8 @@ class Broker:
         if self.config.cluster_mode:
             from kafkakit.broker.cluster_mode import ClusterRuntime  # only cluster nodes need it
 
-            self._cluster = ClusterRuntime(state, self.config, self.data_dir)
+            # Serve requests once the image has caught up with the metadata log, not before.
+            self._cluster = ClusterRuntime(state, self.config, self.data_dir, on_caught_up=self._serving.set)
             try:
                 await self._cluster.start()
             except BaseException:
@@ -510,10 +527,13 @@ class Broker:
                 raise
         self._state = state
         state.start_background_tasks()
+        if self._cluster is None:
+            self._serving.set()
 
     async def wait_ready(self, timeout: float = 60.0) -> None:
-        """Cluster mode: wait until this node is registered with the controller and unfenced
-        (a node alone cannot get there: the quorum needs a majority). Immediate on one node."""
+        """Cluster mode: wait until this node has caught up with the metadata log (it serves
+        requests from then on) and is unfenced (a node alone cannot get there: the quorum needs
+        a majority). Immediate on one node."""
         if self._cluster is not None:
             await self._cluster.wait_ready(timeout)
 
@@ -523,6 +543,9 @@ class Broker:
         return self._cluster
 
     async def _close_servers(self) -> None:
+        self._closing = True
+        for connection in list(self._connections):
+            connection.abort()  # a failed start: connections held at the gate end too
         servers, self._servers = self._servers, {}
         self._bound = []
         metrics_server, self._metrics_server = self._metrics_server, None
@@ -544,6 +567,7 @@ class Broker:
         if self._cluster is not None:
             await self._cluster.stop(graceful=graceful)
             self._cluster = None
+        self._closing = True
         for server in self._servers.values():
             server.close()
         # Aborting (not cancelling) the connection tasks lets them end normally,
@@ -576,12 +600,16 @@ class Broker:
         await asyncio.gather(*(server.serve_forever() for server in self._servers.values()))
 
     async def _on_connection(
-        self, security: ListenerSecurity, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        state: BrokerState,
+        security: ListenerSecurity,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
     ) -> None:
-        if self._state is None:
+        if self._closing:
             writer.close()
             return
-        connection = _Connection(self._state, reader, writer, security, self._metrics)
+        connection = _Connection(state, reader, writer, security, self._metrics, self._serving)
         stats = None if self._metrics is None else self._metrics.listener(security.listener.name)
         if stats is not None:
             stats.connections_created += 1

@@ -55,8 +55,8 @@ SETTINGS = {
 class SecureCluster(LocalCluster):
     """A LocalCluster whose nodes also listen on SASL_PLAINTEXT; ``add_scram``: node -> --add-scram specs."""
 
-    def __init__(self, data_dir: Path, add_scram: dict[int, list[str]]) -> None:
-        super().__init__(3, data_dir, config=SETTINGS)
+    def __init__(self, data_dir: Path, add_scram: dict[int, list[str]], config: dict[str, str] | None = None) -> None:
+        super().__init__(3, data_dir, config={**SETTINGS, **(config or {})})
         self.sasl_ports = dict(zip(self.node_ids, free_ports(len(self.node_ids)), strict=True))
         self.add_scram = add_scram
 
@@ -196,6 +196,79 @@ async def test_users_and_acls_are_cluster_wide_and_survive_a_whole_cluster_resta
             assert await _described(cluster, node_id) == {ALICE_READS, kept}
         # The ACLs live in the metadata log, not in the nodes' own security files.
         assert not list(tmp_path.rglob("acls.json"))
+
+
+async def test_a_restarted_node_answers_nothing_before_its_metadata_has_caught_up(tmp_path: Path) -> None:
+    """The first answers of every node after a whole-cluster restart already reflect the last records.
+
+    A node replays its metadata snapshot at start and the log after it only once the quorum has
+    a leader again: in between, its image is an old prefix (here: dave can log in, carol may
+    read, zed does not exist). Each node is asked the moment its SASL port accepts connections,
+    once per question, with no retry: it must hold those requests until it has caught up with the
+    log (before the fix it answered them from the snapshot, or closed the connection)."""
+    cluster = SecureCluster(tmp_path, add_scram={}, config={"metadata.snapshot.records": "20"})
+    async with cluster:
+        async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+            await admin.create_topics([NewTopic(TOPIC, 1, 3)])
+        users = ["alice", "carol", "dave", *(f"user-{i}" for i in range(10))]
+        upserts = [UserScramCredentialUpsertion(u, "SCRAM-SHA-256", f"{u}-secret", 4096).to_request() for u in users]
+        answer = await _call(cluster.address(1), ApiKey.ALTER_USER_SCRAM_CREDENTIALS, deletions=[], upsertions=upserts)
+        assert {r.error_code for r in answer.results} == {ErrorCode.none}
+        carol_reads = AclBinding(ResourceType.TOPIC, TOPIC, "User:carol", AclOperation.READ)
+        fillers = [AclBinding(ResourceType.TOPIC, f"filler-{i}", f"User:user-{i % 10}", AclOperation.READ) for i in range(50)]
+        created = await _call(cluster.address(2), ApiKey.CREATE_ACLS,
+                              creations=[creation(b) for b in (ALICE_READS, carol_reads, *fillers)])  # fmt: skip
+        assert {r.error_code for r in created.results} == {ErrorCode.none}
+        for node_id in cluster.node_ids:  # the 52 ACL records are applied everywhere: each node snapshots them
+            await _eventually(lambda n=node_id: _has(_described(cluster, n), carol_reads), f"the ACLs on node {node_id}")
+        # The last records, after every node's snapshot: dave and carol's ACL go, zed comes.
+        await _call(cluster.address(3), ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+                    deletions=[{"name": "dave", "mechanism": 1}], upsertions=[])  # fmt: skip
+        await _call(cluster.address(3), ApiKey.DELETE_ACLS,
+                    filters=[AclBindingFilter(principal="User:carol").to_request()])  # fmt: skip
+        zed = UserScramCredentialUpsertion("zed", "SCRAM-SHA-256", "zed-secret", 4096).to_request()
+        await _call(cluster.address(1), ApiKey.ALTER_USER_SCRAM_CREDENTIALS, deletions=[], upsertions=[zed])
+        await _eventually(lambda: _logs_in(cluster, 2, "zed", "zed-secret"), "zed's login on node 2")
+        assert [p for n in cluster.node_ids for p in (tmp_path / f"node-{n}").rglob("*.checkpoint")]
+
+        for node_id in cluster.node_ids:
+            await cluster.stop(node_id)
+        for node_id in cluster.node_ids:
+            await cluster.start_node(node_id, wait=False)
+
+        async def first_answers(node_id: int) -> dict[str, object]:
+            host, port = split_address(cluster.sasl_address(node_id))
+            while True:  # until the node's SASL listener accepts a connection, then ask at once
+                try:
+                    _, writer = await asyncio.open_connection(host, port)
+                except OSError:
+                    await asyncio.sleep(0.005)
+                    continue
+                writer.close()
+                break
+            return {
+                "zed logs in": await _logs_in(cluster, node_id, "zed", "zed-secret"),
+                "dave logs in": await _logs_in(cluster, node_id, "dave", "dave-secret"),
+                "carol": await _or_error(_topic_error(cluster, node_id, "carol", "carol-secret")),
+                "alice": await _or_error(_topic_error(cluster, node_id, "alice", "alice-secret")),
+            }
+
+        expected = {"zed logs in": True, "dave logs in": False, "carol": ErrorCode.topic_authorization_failed,
+                    "alice": ErrorCode.none}  # fmt: skip
+        answers = await asyncio.gather(*(first_answers(n) for n in cluster.node_ids))
+        assert dict(zip(cluster.node_ids, answers, strict=True)) == {n: expected for n in cluster.node_ids}
+        await cluster.wait_ready()
+
+
+async def _or_error(value: Awaitable[ErrorCode]) -> ErrorCode | str:
+    try:
+        return await value
+    except KafkaError as exc:
+        return repr(exc)
+
+
+async def _has(described: Awaitable[set[AclBinding]], binding: AclBinding) -> bool:
+    return binding in await described
 
 
 async def _logs_in(cluster: SecureCluster, node_id: int, user: str, password: str, mechanism: str = "SCRAM-SHA-256") -> bool:

@@ -5,6 +5,12 @@ succeeds), then heartbeats (BrokerHeartbeat v1) every ``broker.heartbeat.interva
 with its metadata offset. The controller keeps a new registration fenced until the broker's
 metadata image has reached the registration record; while fenced or shutting down the
 broker heartbeats every 100 ms at most, so it is unfenced (or released) quickly.
+
+The first heartbeat answer with ``is_caught_up`` (the broker's image has replayed up to its own
+RegisterBrokerRecord, hence everything the controller had written before this incarnation
+registered) completes the initial catch-up (Kafka's ``initialCatchUpFuture``): :meth:`wait_caught_up`
+returns and ``on_caught_up`` is called, once per incarnation, whatever happens after (a later
+fencing does not undo it). The broker opens its listeners to requests then.
 :meth:`BrokerLifecycle.controlled_shutdown` asks to shut down (``want_shut_down``) until
 the controller answers ``should_shut_down``: by then it has moved every leadership away.
 
@@ -47,6 +53,7 @@ class BrokerLifecycle:
         *,
         rack: str | None = None,
         incarnation_id: uuid.UUID | None = None,
+        on_caught_up: Callable[[], None] | None = None,
     ) -> None:
         self.channel = channel
         self.node_id = node_id
@@ -65,6 +72,8 @@ class BrokerLifecycle:
         self.last_error = ErrorCode.none
         self._want_shut_down = False
         self._unfenced = asyncio.Event()
+        self._on_caught_up = on_caught_up
+        self._initial_catch_up = asyncio.Event()
         self._released = asyncio.Event()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -87,6 +96,17 @@ class BrokerLifecycle:
         """Wait until the controller unfenced this broker (TimeoutError after ``timeout`` seconds)."""
         async with asyncio.timeout(timeout):
             await self._unfenced.wait()
+
+    async def wait_caught_up(self, timeout: float) -> None:
+        """Wait until the controller first acknowledged this broker's image as caught up
+        (TimeoutError after ``timeout`` seconds)."""
+        async with asyncio.timeout(timeout):
+            await self._initial_catch_up.wait()
+
+    @property
+    def initially_caught_up(self) -> bool:
+        """Whether the controller has acknowledged this incarnation's image as caught up (stays True)."""
+        return self._initial_catch_up.is_set()
 
     async def controlled_shutdown(self, timeout: float) -> None:
         """Ask the controller to move leadership away, and wait until it lets the broker go."""
@@ -172,6 +192,12 @@ class BrokerLifecycle:
             log.warning("broker %d: heartbeat refused: %s", self.node_id, self.last_error.name)
             return
         self.caught_up = bool(response.is_caught_up)
+        if self.caught_up and not self._initial_catch_up.is_set():
+            log.info("broker %d: caught up with the metadata log (offset %d, registration %d)",
+                     self.node_id, request.current_metadata_offset, self.broker_epoch)  # fmt: skip
+            self._initial_catch_up.set()
+            if self._on_caught_up is not None:
+                self._on_caught_up()
         self._set_fenced(bool(response.is_fenced))
         if response.should_shut_down:
             self.should_shut_down = True
