@@ -867,6 +867,40 @@ async def test_a_broker_restart_keeps_committed_offsets_metadata_and_the_generat
             made.close()
 
 
+async def test_after_a_restart_a_loaded_member_that_does_not_come_back_expires_and_the_group_rebalances(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    async with Broker(data, group_min_session_timeout_ms=100) as broker:
+        broker.state.create_topic(TOPIC, 4)
+        made = Clients(broker)
+        try:
+            static = await made.member("g-expire", instance_id="pod-0")
+            gone = await made.member("g-expire", session_ms=SHORT_SESSION_MS)
+            await stable_group([static, gone])
+        finally:
+            made.close()
+    async with Broker(data, group_min_session_timeout_ms=100) as broker:
+        made = Clients(broker)
+        try:
+            back = Member(await made.new(), "g-expire", instance_id="pod-0")
+            back.member_id, back.generation, back.last_join = static.member_id, static.generation, static.last_join
+            # The static member's instance id came back with it: another member id for it is fenced.
+            assert await back.heartbeat(member_id="pod-0-other") == ErrorCode.fenced_instance_id
+            # The member that does not come back expires after its session (armed at load time) ...
+            deadline = time.monotonic() + WAIT_S
+            while (beat := await back.heartbeat()) == ErrorCode.none and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert beat == ErrorCode.rebalance_in_progress
+            # ... and the one that did rejoins into the next generation, alone.
+            assert (await back.join()).generation_id == static.generation + 1
+            assert (await back.sync({back.member_id: b"all"})).assignment == b"all"
+            described = await describe(back.client, "g-expire")
+            assert (described.group_state, [m.member_id for m in described.members]) == ("Stable", [back.member_id])
+        finally:
+            made.close()
+
+
 async def test_the_offsets_topic_holds_kafkas_record_formats(broker: Broker, clients: Clients) -> None:
     member = await clients.member("g-format")
     await stable_group([member])
