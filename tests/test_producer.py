@@ -129,6 +129,28 @@ async def test_records_round_trip_with_keys_headers_timestamps_partitions(
         assert list(record.headers) == headers
 
 
+@pytest.mark.parametrize("values", ["one length", "many lengths"])
+async def test_keyless_and_keyed_records_share_batches(broker: RunningBroker, topic: str, values: str) -> None:
+    """Runs of keyless and keyed records in one partition's batches (a batch's keys are a list
+    from its first keyed record on, None for the keyless records among them): each record
+    comes back with its own key or none, through the numpy encoders (600 records) and the
+    loop (a batch of 5), and every byte of buffer memory is given back."""
+    await create_topic(broker.bootstrap_servers, topic, 1)
+    sent: list[tuple[bytes | None, bytes]] = []
+    async with producer_for(broker, linger_ms=50) as producer:
+        for count in (600, 5):
+            futures = []
+            for i in range(count):
+                key = None if (i // 7) % 3 == 0 else b"key-%d" % (i % 11)  # runs of each, and repeated keys
+                value = b"v%05d" % i if values == "one length" else b"v" * (i % 97)
+                futures.append(await producer.send(topic, value, key=key))
+                sent.append((key, value))
+            await asyncio.gather(*futures)
+        assert producer._acc.free == producer._acc.buffer_memory  # a keyed record's overhead, and only theirs
+    records = await consume(broker.bootstrap_servers, topic, len(sent), [0])
+    assert [(r.key, r.value) for r in records] == sent
+
+
 async def test_keyed_records_land_where_java_puts_them(broker: RunningBroker, topic: str) -> None:
     await create_topic(broker.bootstrap_servers, topic, 6)
     async with producer_for(broker) as producer:

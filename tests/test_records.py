@@ -707,7 +707,8 @@ class _Queued:
 
     values: list[Any] = field(default_factory=list)
     stamps: list[Any] = field(default_factory=list)
-    keys: dict[int, Any] | None = None
+    keys: list[Any] | None = None
+    unkeyed: int = 0
     headers: dict[int, Any] | None = None
 
     @classmethod
@@ -716,8 +717,10 @@ class _Queued:
         for index, (key, value, stamp, headers) in enumerate(records):
             queued.values.append(value)
             queued.stamps.append(stamp * stamps_per_ms)
-            if key is not None:
-                queued.keys = {**(queued.keys or {}), index: key}
+            if key is not None:  # keys up to the last keyed record, None for the keyless ones
+                missing = index - len(queued.keys or ())
+                queued.keys = [*(queued.keys or ()), *[None] * missing, key]
+                queued.unkeyed += missing
             if headers:
                 queued.headers = {**(queued.headers or {}), index: headers}
         return queued

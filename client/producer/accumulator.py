@@ -94,6 +94,7 @@ class ProducerBatch:
         "split",
         "split_from",
         "waiters",
+        "unkeyed",
     )
 
     def __init__(
@@ -107,11 +108,14 @@ class ProducerBatch:
     ) -> None:
         self.tp = tp
         # The records as columns (kafkakit.records.QueuedRecords): values and timestamps (in
-        # nanoseconds: STAMPS_PER_MS) one list each; keys and headers only of the records
-        # that have them, by index. A keyless record costs send() two list appends.
+        # nanoseconds: STAMPS_PER_MS) one list each; keys from the first keyed record on, in
+        # record order (None for a keyless record before a keyed one, and none after the last
+        # keyed one); headers only of the records that have them, by index. A keyless record
+        # costs send() two list appends, and a keyed one a third.
         self.values: list[Any] = [] if values is None else values
         self.stamps: list[Any] = [] if stamps is None else stamps
-        self.keys: dict[int, bytes] | None = None
+        self.keys: list[bytes | None] | None = None
+        self.unkeyed = 0  # the Nones in ``keys``: keyless records before a keyed one
         self.headers: dict[int, Sequence[Header]] | None = None
         self.encoded: bytes | None = None
         self.record_count = 0  # set when the batch leaves its queue (the hot path only appends)
@@ -140,15 +144,28 @@ class ProducerBatch:
         return f"<ProducerBatch {self.tp.topic}-{self.tp.partition} #{self.seq} records={self.record_count} size={self.size}>"
 
     def add_key_and_headers(self, index: int, key: bytes | None, headers: Sequence[Header] | None) -> None:
-        """Record ``index``'s key and headers (send() calls this only for records that have either)."""
+        """Record ``index``'s key and headers (send() calls this only for records that have
+        either, in record order)."""
         if key is not None:
-            if self.keys is None:
-                self.keys = {}
-            self.keys[index] = key
+            keys = self.keys
+            if keys is None:
+                keys = self.keys = []
+            if len(keys) != index:
+                self.pad_keys(index)
+            keys.append(key)
         if headers:
             if self.headers is None:
                 self.headers = {}
             self.headers[index] = headers
+
+    def pad_keys(self, index: int) -> None:
+        """Before record ``index``'s key goes in: None for the keyless records since the last
+        keyed one (``keys`` must not be None)."""
+        keys = self.keys
+        assert keys is not None and len(keys) <= index
+        missing = index - len(keys)
+        keys += [None] * missing
+        self.unkeyed += missing
 
     def add_waiter(self, record: RecordFuture) -> None:
         """Have ``record`` told when this batch completes (once per record)."""
@@ -198,7 +215,7 @@ def _memory_held(batch: ProducerBatch) -> int:
             batch.size
             - BATCH_HEADER_SIZE
             + len(batch.values) * RECORD_MEMORY_OVERHEAD
-            + len(batch.keys or ()) * KEY_MEMORY_OVERHEAD
+            + (len(batch.keys or ()) - batch.unkeyed) * KEY_MEMORY_OVERHEAD
             + len(batch.headers or ()) * HEADERS_MEMORY_OVERHEAD
         )
     return batch.reserved  # a pre-encoded bulk batch: what its caller took
@@ -244,6 +261,15 @@ def _index_slice(by_index: dict[int, Any] | None, first: int, stop: int) -> dict
         return None
     part = {index - first: item for index, item in by_index.items() if first <= index < stop}
     return part or None
+
+
+def _key_slice(keys: list[bytes | None] | None, first: int, stop: int) -> tuple[list[bytes | None] | None, int]:
+    """The keys of records first..stop-1 (see ProducerBatch.keys), and the Nones among them."""
+    part = keys[first:stop] if keys else None
+    if not part:
+        return None, 0
+    unkeyed = part.count(None)
+    return (None, 0) if unkeyed == len(part) else (part, unkeyed)
 
 
 def _record_size(value: bytes | None, key: bytes | None, headers: Any) -> int:
@@ -552,7 +578,7 @@ class Accumulator:
             part = ProducerBatch(
                 batch.tp, batch.seq, batch.created, loop.create_future(), batch.values[first:stop], batch.stamps[first:stop]
             )
-            part.keys = _index_slice(batch.keys, first, stop)
+            part.keys, part.unkeyed = _key_slice(batch.keys, first, stop)
             part.headers = _index_slice(batch.headers, first, stop)
             part.record_count = stop - first
             part.size = BATCH_HEADER_SIZE + sum(map(_record_size, *queued_columns(part)))
@@ -678,6 +704,7 @@ class Accumulator:
         """Drop a finished batch's records and bytes, keeping its emptied lists for a new batch."""
         values, stamps = batch.values, batch.stamps
         batch.values, batch.stamps, batch.keys, batch.headers = [], [], None, None
+        batch.unkeyed = 0
         batch.encoded = None
         spare = self._spare_lists
         if values and len(spare) < SPARE_LISTS:

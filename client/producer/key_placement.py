@@ -137,11 +137,13 @@ class UnplacedKeys:
                 batch.stamps.append(stamps[index])
                 if headers and index in headers:
                     batch.add_key_and_headers(delta, keys[index], headers[index])
-                else:
+                else:  # ProducerBatch.add_key_and_headers, inlined
                     batch_keys = batch.keys
                     if batch_keys is None:
-                        batch_keys = batch.keys = {}
-                    batch_keys[delta] = keys[index]
+                        batch_keys = batch.keys = []
+                    if len(batch_keys) != delta:
+                        batch.pad_keys(delta)
+                    batch_keys.append(keys[index])
                 batch.size += size
                 future = futures[index]
                 if future is not None:
@@ -190,8 +192,10 @@ class UnplacedKeys:
         deltas = range(first, first + len(chunk))
         batch_keys = batch.keys
         if batch_keys is None:
-            batch_keys = batch.keys = {}
-        batch_keys.update(zip(deltas, take(self.keys), strict=True))
+            batch_keys = batch.keys = []
+        if len(batch_keys) != first:
+            batch.pad_keys(first)
+        batch_keys += take(self.keys)
         headers = self.headers
         if headers:
             for delta, index in zip(deltas, chunk, strict=True):

@@ -514,8 +514,10 @@ class Producer:
             else:  # a key alone: ProducerBatch.add_key_and_headers, inlined
                 keys = batch.keys
                 if keys is None:
-                    keys = batch.keys = {}
-                keys[len(values) - 1] = key
+                    keys = batch.keys = []
+                if len(keys) + 1 != len(values):
+                    batch.pad_keys(len(values) - 1)
+                keys.append(key)  # type: ignore[arg-type]  # bytes here
         batch.size += size
         # RecordFuture.of(batch, index, timestamp_ms), inlined: a quarter of this path's cost
         # went to building the future. Keep in step with of().

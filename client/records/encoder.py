@@ -418,19 +418,21 @@ def encode_batch(
 class QueuedRecords(Protocol):
     """Records held as columns, as the producer's batches hold them: what :func:`encode_queued_batches` takes.
 
-    Record ``i`` has value ``values[i]`` and timestamp ``stamps[i]``; its key and
-    headers are ``keys[i]`` and ``headers[i]`` when it has them (None: no record
-    has any), added in ascending index order (for a part whose every record has a key,
-    the encoder reads ``keys.values()`` as the keys in record order). A keyless record
-    without headers then costs the producer's
-    per-record path two list appends: a flat list of four items per record took
-    a tuple and an ``extend`` (1.9x the time), and the encoder had to slice the
-    columns back out of it.
+    Record ``i`` has value ``values[i]`` and timestamp ``stamps[i]``. ``keys`` (None: no
+    record has one) lists the keys in record order up to the last keyed record, None for a
+    keyless one (``unkeyed`` counts those Nones); the records after it have none. ``headers`` (None: no record has any) maps
+    a record's index to its headers, for the records that have them. A keyless record
+    without headers then costs the producer's per-record path two list appends: a flat
+    list of four items per record took a tuple and an ``extend`` (1.9x the time), and the
+    encoder had to slice the columns back out of it. Keys were a dict by index, like
+    headers, until a keyed record's two dict stores (send, then placing it by partition)
+    cost 40 ns more than list appends.
     """
 
     values: list[Any]
     stamps: list[Any]
-    keys: dict[int, Any] | None
+    keys: list[Any] | None
+    unkeyed: int
     headers: dict[int, Any] | None
 
 
@@ -486,9 +488,8 @@ def encode_queued_batches(
 def queued_columns(part: QueuedRecords) -> tuple[Sequence[Any], list[Any], list[Any]]:
     """``part``'s values, and its keys (None) and headers (()) as one entry per record."""
     count = len(part.values)
-    keys: list[Any] = [None] * count
-    for index, key in (part.keys or {}).items():
-        keys[index] = key
+    keys: list[Any] = list(part.keys or ())
+    keys += [None] * (count - len(keys))
     headers: list[Any] = [()] * count
     for index, record_headers in (part.headers or {}).items():
         headers[index] = record_headers
@@ -523,7 +524,7 @@ def _encode_without_headers(
     except TypeError:  # a null value, or one the loop refuses
         lengths = None
     if count >= UNIFORM_MIN_RECORDS and lengths is not None and lengths.count(lengths[0]) == count:
-        if keys is None or all(len(part.keys or ()) == len(part.values) for part in parts):
+        if keys is None or all(len(part.keys or ()) == len(part.values) and not part.unkeyed for part in parts):
             uniform = encode_uniform_values(
                 values, stamps, keys=keys, room=HEADER_SIZE, stamps_per_ms=stamps_per_ms, value_lengths=lengths
             )
@@ -548,15 +549,13 @@ def _key_column(parts: Sequence[QueuedRecords]) -> list[Any] | None:
     """Every record's key (None where it has none), or None when no record has one."""
     if not any(part.keys for part in parts):
         return None
+    if len(parts) == 1 and len(parts[0].keys or ()) == len(parts[0].values):
+        return parts[0].keys  # (read, never changed)
     keys: list[Any] = []
     for part in parts:
-        part_keys = part.keys or {}
-        if len(part_keys) == len(part.values):
-            # Every record has a key, and keys are added in index order (QueuedRecords.keys):
-            # the dict's values are the keys in record order, copied at C speed.
-            keys += part_keys.values()
-        else:
-            keys += queued_columns(part)[1]
+        part_keys = part.keys or ()
+        keys += part_keys
+        keys += [None] * (len(part.values) - len(part_keys))
     return keys
 
 
