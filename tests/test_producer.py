@@ -129,6 +129,30 @@ async def test_records_round_trip_with_keys_headers_timestamps_partitions(
         assert list(record.headers) == headers
 
 
+async def test_a_timestamp_before_1970_or_after_2262_is_refused_and_queues_nothing(
+    broker: RunningBroker, topic: str
+) -> None:
+    """Batches keep timestamps as int64 nanoseconds: send() and send_batch() refuse what does
+    not fit (and, as Java's producer, negative ones) with ValueError before queueing anything."""
+    from kafkakit.producer.record_future import MAX_TIMESTAMP_MS
+
+    await create_topic(broker.bootstrap_servers, topic, 1)
+    async with producer_for(broker) as producer:
+        for bad in (-1, MAX_TIMESTAMP_MS + 1, 2**64):
+            with pytest.raises(ValueError, match="timestamp_ms"):
+                await producer.send(topic, b"refused", timestamp_ms=bad)
+            with pytest.raises(ValueError, match="timestamp_ms"):
+                await producer.send(topic, b"refused", key=b"k", timestamp_ms=bad)
+            with pytest.raises(ValueError, match="timestamp_ms"):
+                await producer.send_batch(topic, [b"refused"], partition=0, timestamp_ms=bad)
+        first = await producer.send(topic, b"kept", timestamp_ms=0)
+        last = await producer.send(topic, b"kept too", key=b"k", timestamp_ms=1_700_000_000_000)
+        assert [(m.offset, m.timestamp) for m in await asyncio.gather(first, last)] == [(0, 0), (1, 1_700_000_000_000)]
+        assert producer._acc.free == producer._acc.buffer_memory
+    records = await consume(broker.bootstrap_servers, topic, 2, [0])
+    assert [(r.value, r.timestamp) for r in records] == [(b"kept", 0), (b"kept too", 1_700_000_000_000)]
+
+
 @pytest.mark.parametrize("values", ["one length", "many lengths"])
 async def test_keyless_and_keyed_records_share_batches(broker: RunningBroker, topic: str, values: str) -> None:
     """Runs of keyless and keyed records in one partition's batches (a batch's keys are a list

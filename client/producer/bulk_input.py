@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
+from kafkakit.producer.record_future import MAX_TIMESTAMP_MS
 from kafkakit.producer.record_input import bulk_record_sizes, bytes_list, check_headers
 from kafkakit.structs import Header
 
@@ -64,6 +65,8 @@ def bulk_input(
         timestamp_ms = int(time.time() * 1000)
     elif timestamp_ms.__class__ is not int:
         raise TypeError(f"timestamp_ms must be an int (milliseconds), not {type(timestamp_ms).__name__}")
+    elif not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:  # as send() refuses it
+        raise ValueError(f"timestamp_ms must be from 0 to {MAX_TIMESTAMP_MS}, not {timestamp_ms}")
     sizes = bulk_record_sizes(checked_values, checked_keys, header_sizes) if count else []
     return BulkInput(checked_values, checked_keys, header_lists, sizes, timestamp_ms)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from array import array
 from collections.abc import Callable, Iterable, Sequence
 from itertools import chain
 from operator import itemgetter
@@ -79,7 +80,7 @@ class UnplacedKeys:
     def _empty(self) -> None:
         self.keys: list[bytes] = []
         self.values: list[Any] = []
-        self.stamps: list[int] = []  # nanoseconds, as in the batches (STAMPS_PER_MS)
+        self.stamps: array[int] = array("q")  # nanoseconds, as in the batches (STAMPS_PER_MS)
         self.sizes: list[int] = []  # each record's estimated size in a batch (send()'s ``size``)
         self.headers: dict[int, Sequence[Header]] = {}  # by index, only the records that have them
         self.futures: list[RecordFuture | None] = []  # None: nothing holds the record's future

@@ -55,7 +55,7 @@ from kafkakit.producer.bulk_send import BulkQueueing
 from kafkakit.producer.idempotence import ProducerIdentity
 from kafkakit.producer.instrumentation import ProducerMetrics, SendHook, attach, hooked_send
 from kafkakit.producer.partitioner import Partitioner, StickyPartitions
-from kafkakit.producer.record_future import FUTURES_REUSABLE, STAMPS_PER_MS, RecordFuture
+from kafkakit.producer.record_future import FUTURES_REUSABLE, MAX_TIMESTAMP_MS, STAMPS_PER_MS, RecordFuture
 from kafkakit.producer.record_input import BULK_RECORD_OVERHEAD, as_bytes, check_headers
 from kafkakit.producer.send_batch_result import SendBatchFuture, SendBatchResult
 from kafkakit.producer.sender import Sender
@@ -374,7 +374,8 @@ class Producer:
         Waits only for a new topic's metadata or, when ``buffer_memory`` is used
         up, for room.  Raises :class:`RecordTooLargeError` for a record larger than
         ``max_request_size`` (or ``buffer_memory``), TypeError for a value or key
-        that is not bytes after serialisation.
+        that is not bytes after serialisation, ValueError for a ``timestamp_ms`` below 0
+        or after :data:`~kafkakit.producer.record_future.MAX_TIMESTAMP_MS` (the year 2262).
         """
         if self._send_checks:
             key, value = self._checked_input(key, value)
@@ -452,6 +453,8 @@ class Producer:
         if timestamp_ms is None:
             stamp = _time_ns()  # nanoseconds: see STAMPS_PER_MS
         elif timestamp_ms.__class__ is int:
+            if not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:  # (Java's producer refuses negative ones too)
+                raise ValueError(f"timestamp_ms must be from 0 to {MAX_TIMESTAMP_MS}, not {timestamp_ms}")
             stamp = timestamp_ms * STAMPS_PER_MS
         else:
             raise TypeError(f"timestamp_ms must be an int (milliseconds), not {type(timestamp_ms).__name__}")

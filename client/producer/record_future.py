@@ -19,13 +19,16 @@ from kafkakit.structs import RecordMetadata
 if TYPE_CHECKING:
     from kafkakit.producer.accumulator import ProducerBatch
 
-__all__ = ["FUTURES_REUSABLE", "SENT_IN_PARTS", "STAMPS_PER_MS", "CancelledState", "RecordFuture"]
+__all__ = ["FUTURES_REUSABLE", "MAX_TIMESTAMP_MS", "SENT_IN_PARTS", "STAMPS_PER_MS", "CancelledState", "RecordFuture"]
 
 #: Record timestamps are kept in nanoseconds (``time.time_ns()`` as read) in the batches'
 #: record lists and in RecordFuture, and floored to milliseconds when a batch is encoded
 #: (vectorised) or a RecordMetadata is built: the per-record path skips a big-int division
 #: (the ``await send()`` loop 1.69 -> 1.59 us a record on the 2026-11-26 VM).
 STAMPS_PER_MS = 1_000_000
+#: The latest timestamp a record may have: its nanoseconds fit the batches' int64 stamps (the
+#: year 2262; Kafka's own limit, int64 milliseconds, is far beyond).
+MAX_TIMESTAMP_MS = (2**63 - 1) // STAMPS_PER_MS
 #: The base offset of a batch sent in parts: its records' offsets are the parts' (ProducerBatch.split).
 SENT_IN_PARTS = -2
 

@@ -29,6 +29,7 @@ records/s on a busy 2-core VM).
 from __future__ import annotations
 
 import threading
+from array import array
 from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
@@ -72,7 +73,7 @@ def encode_uniform_records(records: Sequence[Any]) -> tuple[bytes, int, int] | N
 def encode_uniform_columns(
     keys: list[Any],
     values: list[Any],
-    stamps: list[Any],
+    stamps: Sequence[Any],
     headers: list[Any],
     *,
     room: int = 0,
@@ -98,7 +99,7 @@ def encode_uniform_columns(
 
 def encode_uniform_values(
     values: list[Any],
-    stamps: list[Any],
+    stamps: Sequence[Any],
     *,
     keys: list[Any] | None = None,
     room: int = 0,
@@ -178,7 +179,7 @@ def _fixed_width_rows(items: list[Any], count: int, lengths: list[int] | None = 
     return np.frombuffer(joined, np.uint8).reshape(count, length)
 
 
-def int64_stamps(stamps: list[Any], *, guarded: bool = True) -> Any:
+def int64_stamps(stamps: Sequence[Any], *, guarded: bool = True) -> Any:
     """``stamps`` as an int64 array, or None unless every one is an int (bools count) within int64.
 
     ``np.array(stamps, dtype=np.int64)`` takes half the time of letting numpy find the type
@@ -187,6 +188,8 @@ def int64_stamps(stamps: list[Any], *, guarded: bool = True) -> Any:
     ms for nanosecond stamps, beyond a machine word: ``guarded=False`` for stamps the caller
     has checked, the producer's).
     """
+    if isinstance(stamps, array) and stamps.typecode == "q":
+        return np.array(stamps, dtype=np.int64)  # a copy: the caller may scale it in place
     if not guarded:
         try:
             return np.array(stamps, dtype=np.int64)
@@ -196,12 +199,12 @@ def int64_stamps(stamps: list[Any], *, guarded: bool = True) -> Any:
         total = sum(stamps)
         if total.__class__ is not int:
             return None
-        array = np.array(stamps, dtype=np.int64)
+        words = np.array(stamps, dtype=np.int64)
     except (OverflowError, TypeError, ValueError):
         return None
     # numpy's sum wraps modulo 2**64 (nanosecond stamps overflow it); the comparison still
     # catches a stamp that did not convert exactly.
-    return array if (int(array.sum()) - total) % (1 << 64) == 0 else None
+    return words if (int(words.sum()) - total) % (1 << 64) == 0 else None
 
 
 def _varint_widths(zigzagged: Any) -> Any:

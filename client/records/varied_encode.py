@@ -30,6 +30,7 @@ runs the reference loop, which produces the same bytes (tests compare them).
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -51,7 +52,7 @@ _MAX_KEY_COLUMNS = 64
 
 def encode_varied_values(
     values: list[Any],
-    stamps: list[Any],
+    stamps: Sequence[Any],
     *,
     keys: list[Any] | None = None,
     stamps_per_ms: int = 1,
