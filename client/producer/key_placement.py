@@ -162,20 +162,23 @@ class UnplacedKeys:
         counts = counts.tolist()
         sizes = np.array(self.sizes[first : first + len(order)], dtype=np.int64)
         cumulative = np.cumsum(sizes[order])  # bytes up to each record, in order
+        # The stamps in placing order, gathered by numpy (a copy: no view of the column stays).
+        stamps = np.frombuffer(self.stamps, dtype=np.int64)[first : first + len(order)][order]
         order = (order + first).tolist()  # indexes into the columns
         done = 0  # records of ``order`` placed
         try:
             for partition in used:
                 start, end = ends[partition] - counts[partition], ends[partition]
                 while start < end:
-                    start = done = self._place_chunk(partition, order, cumulative, start, end)
+                    start = done = self._place_chunk(partition, order, stamps, cumulative, start, end)
         except BaseException as exc:
             self._fail(chain(order[done:], range(first + len(order), len(self.keys))), exc)
             raise
 
-    def _place_chunk(self, partition: int, order: list[int], cumulative: Any, start: int, end: int) -> int:
-        """Append records ``order[start:end]`` (one partition's) to its open batch while they
-        fit, opening one when needed; returns where the next chunk starts."""
+    def _place_chunk(self, partition: int, order: list[int], stamps: Any, cumulative: Any, start: int, end: int) -> int:
+        """Append records ``order[start:end]`` (one partition's; ``stamps``: the window's in
+        the order of ``order``) to its open batch while they fit, opening one when needed;
+        returns where the next chunk starts."""
         pq = self.state.ordered_queues[partition]
         limit = self.acc.batch_limit
         before = int(cumulative[start - 1]) if start else 0
@@ -189,7 +192,7 @@ class UnplacedKeys:
         take = itemgetter(*chunk) if len(chunk) > 1 else _one(chunk[0])
         first = len(batch.values)
         batch.values.extend(take(self.values))
-        batch.stamps.extend(take(self.stamps))
+        batch.stamps.frombytes(stamps[start:stop].tobytes())
         deltas = range(first, first + len(chunk))
         batch_keys = batch.keys
         if batch_keys is None:
