@@ -57,6 +57,44 @@ async def test_new_keys_land_where_java_puts_them_in_send_order(broker: RunningB
         assert (record.key, record.value, list(record.headers)) == (key, value, headers)
 
 
+async def test_keys_that_never_repeat_are_not_remembered_and_repeating_ones_are(broker: RunningBroker, topic: str) -> None:
+    """A new key per record (an id) wastes the key cache: once a large window of placed keys
+    shows none remembered or repeated, they are remembered only one window in REMEMBER_ONE_IN;
+    keys that repeat are remembered at once and go straight to their batches again."""
+    from kafkakit.producer.topic_state import REMEMBER_ONE_IN, SAMPLED_WINDOW
+
+    await create_topic(broker.bootstrap_servers, topic, 4)
+    async with producer_for(broker, linger_ms=5) as producer:
+        await (await producer.send(topic, b"warm-up", partition=0))
+
+        def remembered() -> dict[bytes, object]:
+            return producer._topics[topic].remembered  # type: ignore[return-value]
+
+        async def window(keys: list[bytes]) -> None:  # parked while the loop runs, placed when it yields
+            futures = [await producer.send(topic, b"v", key=key) for key in keys]
+            assert _parked(producer, topic) == len(keys)
+            for key, meta in zip(keys, await asyncio.gather(*futures), strict=True):
+                assert meta.partition == partition_for_key(key, 4)
+
+        await window([b"first-%d" % i for i in range(SAMPLED_WINDOW)])
+        assert len(remembered()) == SAMPLED_WINDOW  # nothing to compare with yet
+        for n in range(1, REMEMBER_ONE_IN):
+            await window([b"id-%d-%d" % (n, i) for i in range(SAMPLED_WINDOW)])
+            assert b"id-%d-0" % n not in remembered()
+        await window([b"id-last-%d" % i for i in range(SAMPLED_WINDOW)])
+        assert b"id-last-0" in remembered()  # one window in REMEMBER_ONE_IN all the same
+
+        await window([b"hot-%d" % (i % 16) for i in range(SAMPLED_WINDOW)])  # repeats within the sample
+        assert b"hot-0" in remembered()
+        futures = [await producer.send(topic, b"again", key=b"hot-%d" % (i % 16)) for i in range(100)]
+        assert _parked(producer, topic) == 0  # remembered: straight to their batches
+        assert {meta.partition for meta in await asyncio.gather(*futures)} <= set(range(4))
+        producer._topics[topic].unrepeated = 1
+        # Remembered keys parked behind a new one (while records are parked, every key parks):
+        await window([b"new"] + [b"first-%d" % i for i in range(SAMPLED_WINDOW)])
+        assert producer._topics[topic].unrepeated == 0  # the sample found them: repeats again
+
+
 @pytest.mark.parametrize("sender_runs", [False, True], ids=["parked-until-another-send", "sender-places"])
 async def test_parked_records_keep_their_place_among_other_sends(
     broker: RunningBroker, topic: str, sender_runs: bool

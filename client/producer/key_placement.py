@@ -5,7 +5,7 @@ in Python costs about 3.5 us, three times the rest of ``send()``, so an applicat
 that sends every record with a new key (a user id, an order id, a UUID) ran at a
 quarter of librdkafka's rate. ``send()`` therefore parks a keyed record whose key's
 partition it does not remember here, with its future, and the records are placed in
-one go (:func:`~kafkakit.producer.partitioner.partitions_for_keys`, vectorised) before
+one go (:func:`~kafkakit.producer.partitioner.partition_array_for_keys`, vectorised) before
 anything could observe the order of a partition's records:
 
 - before the sender drains (``Accumulator.place_unplaced``), and before a flush, an
@@ -40,7 +40,7 @@ from kafkakit.producer.accumulator import (
     Accumulator,
     ProducerBatch,
 )
-from kafkakit.producer.partitioner import partitions_for_keys
+from kafkakit.producer.partitioner import partition_array_for_keys
 from kafkakit.producer.record_future import RecordFuture
 from kafkakit.structs import Header, TopicPartition
 
@@ -103,18 +103,17 @@ class UnplacedKeys:
         queues = state.ordered_queues
         for first in range(0, len(self.keys), PLACING_WINDOW):
             keys = self.keys[first : first + PLACING_WINDOW]
-            partitions = partitions_for_keys(keys, len(queues))  # (a one-partition topic never parks)
-            state.remember(keys, partitions)
+            by_partition = partition_array_for_keys(keys, len(queues))  # (a one-partition topic never parks)
+            state.remember(keys, by_partition)
             if len(keys) < GROUPED_RECORDS_PER_PARTITION:  # a trickle: numpy's set-up would cost more
-                self._place_one_by_one(first, partitions)
+                self._place_one_by_one(first, by_partition.tolist())
                 continue
-            by_partition = np.array(partitions, dtype=np.int64)
             counts = np.bincount(by_partition, minlength=len(queues))
             used = np.flatnonzero(counts)
             if len(keys) >= GROUPED_RECORDS_PER_PARTITION * len(used):
                 self._place_grouped(first, by_partition, counts, used.tolist())
             else:
-                self._place_one_by_one(first, partitions)
+                self._place_one_by_one(first, by_partition.tolist())
 
     def _place_one_by_one(self, first: int, partitions: list[int]) -> None:
         """Each record of the window from ``first`` in turn (few records per partition:

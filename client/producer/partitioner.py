@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import struct
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -96,7 +97,13 @@ def partition_for_key(key: bytes, num_partitions: int) -> int:
 
 
 def partitions_for_keys(keys: Sequence[bytes], num_partitions: int) -> list[int]:
-    """:func:`partition_for_key` of many keys at once: Java's placement, vectorised.
+    """:func:`partition_for_key` of many keys at once: Java's placement, vectorised
+    (:func:`partition_array_for_keys` as a list)."""
+    return partition_array_for_keys(keys, num_partitions).tolist()  # type: ignore[no-any-return]
+
+
+def partition_array_for_keys(keys: Sequence[bytes], num_partitions: int) -> Any:
+    """:func:`partition_for_key` of many keys at once, as an int64 array: Java's placement, vectorised.
 
     The keys are laid out as rows of one zero-padded byte matrix read as little-endian
     32-bit words, so each murmur2 step is one numpy operation over all keys (``uint32``
@@ -107,7 +114,7 @@ def partitions_for_keys(keys: Sequence[bytes], num_partitions: int) -> list[int]
     """
     count = len(keys)
     if count < _VECTOR_MIN_KEYS:
-        return [(unsigned_murmur2(key) & 0x7FFFFFFF) % num_partitions for key in keys]
+        return np.array([(unsigned_murmur2(key) & 0x7FFFFFFF) % num_partitions for key in keys], dtype=np.int64)
     lengths = np.fromiter(map(len, keys), dtype=np.int64, count=count)
     joined = np.frombuffer(b"".join(keys), dtype=np.uint8)
     longest, shortest = int(lengths.max()), int(lengths.min())
@@ -137,7 +144,7 @@ def partitions_for_keys(keys: Sequence[bytes], num_partitions: int) -> list[int]
     h ^= h >> np.uint32(13)
     h *= m
     h ^= h >> np.uint32(15)
-    return ((h & np.uint32(0x7FFFFFFF)) % np.uint32(num_partitions)).tolist()  # type: ignore[no-any-return]
+    return ((h & np.uint32(0x7FFFFFFF)) % np.uint32(num_partitions)).astype(np.int64)
 
 
 def default_partitioner(key: bytes | None, all_partitions: Sequence[int], available: Sequence[int]) -> int:

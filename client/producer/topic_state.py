@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kafkakit.producer.accumulator import Accumulator, PartitionQueue
 from kafkakit.producer.key_placement import UnplacedKeys
 from kafkakit.structs import TopicPartition
@@ -11,6 +13,14 @@ __all__ = ["KEYS_REMEMBERED", "TopicState"]
 #: Keys whose partition queue a topic remembers (see TopicState.by_key): about 1.5 MB for
 #: 16-byte keys, and hashing a new key in Python costs about 3.5 us.
 KEYS_REMEMBERED = 16384
+#: A window of placed keys from which TopicState.remember first checks that keys repeat:
+#: remembering a key costs about 30 ns, wasted when every key is new (an id per record).
+SAMPLED_WINDOW = 1024
+#: Keys of such a window looked up among the remembered ones (and among themselves).
+SAMPLE = 32
+#: While sampled windows show no repeated key, one in this many is remembered anyway, so
+#: that keys which start repeating are noticed.
+REMEMBER_ONE_IN = 8
 #: What ``TopicState.by_key`` is while keyed records are parked: every key misses.
 _NO_KEYS: dict[bytes, PartitionQueue] = {}
 #: What ``TopicState.sticky_queue`` is while keyed records are parked: it has no open
@@ -23,7 +33,7 @@ class TopicState:
 
     __slots__ = (
         "all_partitions", "available", "queues", "ordered_queues", "send_queues", "single", "sticky",
-        "sticky_queue", "sticky_limit", "by_key", "remembered", "unplaced", "spare_unplaced",
+        "sticky_queue", "sticky_limit", "by_key", "remembered", "unplaced", "spare_unplaced", "unrepeated",
     )  # fmt: skip
 
     def __init__(
@@ -57,6 +67,7 @@ class TopicState:
         #: Keyed records waiting for their partition (kafkakit.producer.key_placement).
         self.unplaced: UnplacedKeys | None = None
         self.spare_unplaced: UnplacedKeys | None = None  # placed and emptied, for the next park
+        self.unrepeated = 0  # sampled windows in a row whose keys did not repeat (see remember)
 
     def park(self, topic: str, acc: Accumulator) -> UnplacedKeys:
         """Start parking keyed records of new keys; every other record now takes a slow path
@@ -87,14 +98,26 @@ class TopicState:
         if self.unplaced is not None:
             self.unplaced.place()
 
-    def remember(self, keys: list[bytes], partitions: list[int]) -> None:
-        """Remember the queues of just-placed keys (``partitions``: indexes into ordered_queues)."""
+    def remember(self, keys: list[bytes], partitions: Any) -> None:
+        """Remember the queues of just-placed keys (``partitions``: indexes into ordered_queues,
+        an int array), unless a large window's sample shows keys that do not repeat."""
         remembered = self.remembered
+        if len(keys) >= SAMPLED_WINDOW and remembered and not self._repeats(keys[:SAMPLE]):
+            self.unrepeated += 1
+            if self.unrepeated % REMEMBER_ONE_IN:
+                return
+        else:
+            self.unrepeated = 0
+        partitions = partitions.tolist()
         if len(remembered) + len(keys) > KEYS_REMEMBERED:
             remembered.clear()  # cheaper than an LRU, and a key sent often is soon back
             if len(keys) > KEYS_REMEMBERED:  # only the last ones would stay
                 keys, partitions = keys[-KEYS_REMEMBERED:], partitions[-KEYS_REMEMBERED:]
         remembered.update(zip(keys, map(self.ordered_queues.__getitem__, partitions), strict=True))
+
+    def _repeats(self, sample: list[bytes]) -> bool:
+        """Whether a key of ``sample`` was remembered already, or comes twice in it."""
+        return any(map(self.remembered.__contains__, sample)) or len(set(sample)) < len(sample)
 
     def stick_to(self, partition: int) -> PartitionQueue:
         """Send keyless records to ``partition`` from now on; returns its queue."""
