@@ -19,14 +19,13 @@ import time
 from array import array
 from collections.abc import Sequence
 from itertools import chain
-from operator import itemgetter
 from typing import Any, Protocol
 
 from crc32c import crc32c
 from kafkakit.errors import KafkaConfigError
 
 from .compression import Compression, compress
-from .fastencode import encode_uniform_records, encode_uniform_values
+from .fastencode import encode_uniform_records, encode_uniform_values, record_columns
 from .header import (
     CONTROL_MASK,
     HEADER_SIZE,
@@ -323,19 +322,13 @@ def _encode_records(records: Sequence[RecordTuple]) -> tuple[bytes, int, int]:
         uniform = encode_uniform_records(records)
         if uniform is not None:
             return uniform
-    if len(records) >= VARIED_MIN_RECORDS and not any(map(_headers_of, records)):
-        keys = list(map(_key_of, records))
-        varied = encode_varied_values(
-            list(map(_value_of, records)),
-            list(map(_stamp_of, records)),
-            keys=None if keys.count(None) == len(keys) else keys,
-        )
-        if varied is not None:
-            return varied
+    if len(records) >= VARIED_MIN_RECORDS:
+        keys, values, stamps, headers = record_columns(records)
+        if not any(headers):
+            varied = encode_varied_values(values, stamps, keys=None if keys.count(None) == len(keys) else keys)
+            if varied is not None:
+                return varied
     return _encode_records_slowly(records)
-
-
-_key_of, _value_of, _stamp_of, _headers_of = (itemgetter(i) for i in range(4))
 
 
 def _encode_records_slowly(records: Sequence[RecordTuple]) -> tuple[bytes, int, int]:
@@ -470,14 +463,14 @@ def encode_queued_batches(
     codec = as_codec(compression)
     attributes = TRANSACTIONAL_MASK if transactional else 0
     uniform: tuple[memoryview, int, int] | None = None
-    varied: tuple[bytes, int, int] | None = None
+    section: tuple[bytes, int, int] | None = None  # the varied encoder's, else the loop's
     if count >= VARIED_MIN_RECORDS and not any(part.headers for part in parts):
-        uniform, varied = _encode_without_headers(parts, count, stamps_per_ms)
+        uniform, section = _encode_without_headers(parts, count, stamps_per_ms)
     data: bytes | memoryview
     if uniform is None:
-        if varied is None:
-            varied = _encode_records_slowly(_record_tuples(parts, stamps_per_ms))
-        data, base_ts, max_ts = varied
+        if section is None:
+            section = _encode_records_slowly(_record_tuples(parts, stamps_per_ms))
+        data, base_ts, max_ts = section
     else:
         view, base_ts, max_ts = uniform
         if not codec:  # the header goes in front of the records, in the same buffer: one copy out

@@ -50,6 +50,7 @@ __all__ = [
     "int64_stamps",
     "offset_varints",
     "put_varints",
+    "record_columns",
 ]
 
 #: Below this many records the numpy set-up costs more than the loop saves.
@@ -58,15 +59,20 @@ MIN_RECORDS = 32
 THREE_BYTES = 1 << 20
 # More runs than this (timestamps whose varint width goes up and down): the loop is as quick.
 _MAX_RUNS = 64
-_keys, _values, _stamps, _headers = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
+_FIELDS = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
+
+
+def record_columns(records: Sequence[Any]) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
+    """(key, value, timestamp, headers) tuples as four lists: keys, values, timestamps, headers."""
+    keys, values, stamps, headers = (list(map(field, records)) for field in _FIELDS)
+    return keys, values, stamps, headers
 
 
 def encode_uniform_records(records: Sequence[Any]) -> tuple[bytes, int, int] | None:
     """(records section, base timestamp, max timestamp), or None when the records are not uniform."""
     if len(records) < MIN_RECORDS:
         return None
-    columns = (list(map(getter, records)) for getter in (_keys, _values, _stamps, _headers))
-    encoded = encode_uniform_columns(*columns)
+    encoded = encode_uniform_columns(*record_columns(records))
     return None if encoded is None else (encoded[0].tobytes(), encoded[1], encoded[2])
 
 
