@@ -327,6 +327,64 @@ async def test_poll_timeout_leaves_the_group_and_rejoins_on_next_poll(bootstrap:
         await busy.stop()
 
 
+async def test_partition_lost_and_assigned_back_resumes_at_the_committed_offset(
+    bootstrap: str, topic: str
+) -> None:
+    """A member that lost its generation gets its partition back at the committed offset (50), and
+    the Fetch it had out at offset 100 before, answering after that, is dropped.
+
+    The old Fetch used to be taken for the new assignment's (the fetcher matched responses by the
+    partition's seek count, 1 in both), so the member went on from 100: records it had fetched but
+    not handed out were never read by the group (a chaos run left 68 unread after its members got
+    UNKNOWN_MEMBER_ID and rejoined). Here static member "b" (range: partition 1) stops polling,
+    drops its generation on the poll timeout and rejoins, with its long poll at the log end still
+    out (fetch_max_wait_ms 20 s). It is not the group's leader: a leader's metadata refresh would
+    wait behind that long poll on the one connection to the broker, and so would the rejoin.
+    """
+    await setup_topic(bootstrap, topic, 2)
+    group = new_topic_name("g")
+    await write(bootstrap, topic, 2, 200)  # 100 records in each partition
+    tp = TopicPartition(topic, 1)
+    settings: dict[str, Any] = {"partition_assignment_strategy": [RangeAssignor()]}
+    leader = await Member(group_consumer(bootstrap, group, topic, group_instance_id="a", **settings)).start()
+    await wait_for(lambda: leader.assignment() == all_partitions(topic, 2), 30, "the leader's first generation")
+    consumer = group_consumer(
+        bootstrap, group, topic, group_instance_id="b", max_poll_interval_ms=1500, fetch_max_wait_ms=20000,
+        **settings,
+    )  # fmt: skip
+    await consumer.start()
+    try:
+        read: list[int] = []
+        deadline = time.monotonic() + 30
+        while len(read) < 100 or consumer.assignment() != {tp}:
+            assert time.monotonic() < deadline, f"read {len(read)} of 100, assigned {consumer.assignment()}"
+            for batch in (await consumer.getmany(timeout_ms=200)).values():
+                read.extend(r.offset for r in batch)
+        assert read == list(range(100))
+        await consumer.commit({tp: 50})  # as if the commits of 50..99 had failed
+        await wait_for(consumer._fetcher.has_in_flight, 10, "the long poll at offset 100")  # white box
+        # No poll for longer than max_poll_interval_ms: the static member drops its generation.
+        await wait_for(lambda: consumer.group_metadata().generation_id == -1, 15, "the poll timeout")
+        deadline = time.monotonic() + 15
+        # Polling rejoins: the partition is lost (no generation) and comes back.
+        while consumer.group_metadata().generation_id == -1 or consumer.assignment() != {tp}:
+            assert time.monotonic() < deadline, "the partition was not assigned back"
+            assert await consumer.getmany(timeout_ms=100) == {}
+        assert await consumer.position(tp) == 50
+        assert consumer._fetcher.has_in_flight()  # the old long poll is still out
+        await write(bootstrap, topic, 2, 2, start=200)  # the old long poll answers with offset 100
+        read = []
+        deadline = time.monotonic() + 30
+        while len(read) < 51:
+            assert time.monotonic() < deadline, f"read {read}"
+            for batch in (await consumer.getmany(timeout_ms=200)).values():
+                read.extend(r.offset for r in batch)
+        assert read == list(range(50, 101))
+    finally:
+        await consumer.stop()
+        await leader.stop()
+
+
 # -- rebalance protocols ---------------------------------------------------------
 
 

@@ -13,7 +13,8 @@ records while they are still in the CPU cache.
 Each partition keeps two offsets: ``position`` (the next record handed to the
 application) and ``fetch_offset`` (the next offset to request, past whatever
 is buffered). ``epoch`` counts seeks/resets so a response to a request sent
-before one is dropped.
+before one is dropped; so is one sent for an earlier assignment of the
+partition (another state object, whose count may be the same).
 """
 
 from __future__ import annotations
@@ -617,7 +618,9 @@ class Fetcher:
         """One Fetch round trip (at most ``max_bytes``, or one batch); True when the caller should back off."""
         config = self._config
         conn = await self._cluster.connection(node)
-        sent = {s.tp: (s.epoch, s.fetch_offset) for s in states}
+        # The state object itself, not only its seek count: a partition unassigned and assigned
+        # again meanwhile has a new state whose count starts at 0 again and can equal the old one.
+        sent = {s.tp: (s, s.epoch, s.fetch_offset) for s in states}
         wanted = {s.tp: (s.fetch_offset, s.max_bytes, s.leader_epoch) for s in states if s.fetch_offset is not None}
         session = self._sessions.get(node)
         if session is None:
@@ -668,9 +671,10 @@ class Fetcher:
             for p in topic.partitions:
                 tp = TopicPartition(name or "", int(p.partition_index))
                 state = self._states.get(tp)
-                if state is None or tp not in sent or state.epoch != sent[tp][0]:
-                    continue  # unassigned or seeked while the request was out
-                failed = self._handle_partition(state, sent[tp][1], p)
+                asked = sent.get(tp)
+                if state is None or asked is None or asked[0] is not state or state.epoch != asked[1]:
+                    continue  # unassigned (perhaps assigned again) or seeked while the request was out
+                failed = self._handle_partition(state, asked[2], p)
                 # KIP-951 (Fetch v16+): a new leader named in the error is fetched from at once.
                 hinted = int(p.error_code) in _HINTED and self._cluster.metadata.take_leader_hint(tp, p, response)
                 backoff |= failed and not hinted
