@@ -189,6 +189,7 @@ async def run_scenario(
         scenario.copiers.append(
             TransactionalCopier(scenario.bootstrap, topic, output, f"copy-{topic}", f"copier-{topic}")
         )
+    unread: TimeoutError | None = None
     try:
         for _ in range(2):
             await scenario.add_member()
@@ -201,16 +202,27 @@ async def run_scenario(
             await fault(scenario)
             await scenario.progress()
         await producer.stop()
-        await wait_read(scenario.members, producer.acks, timeout=120)
-        if scenario.copiers:
+        try:
+            await wait_read(scenario.members, producer.acks, timeout=120)
+        except TimeoutError as exc:
+            unread = exc  # the log read back below says whether the records are there (unread) or lost
+        if scenario.copiers and unread is None:
             await wait_copied(scenario.copiers, len(producer.acks), timeout=120)
     finally:
         for driver in (producer, *scenario.members, *scenario.copiers):
             await driver.stop()
-    report = await verify(
-        scenario.bootstrap, producer=producer, consumers=scenario.members, copiers=scenario.copiers,
-        label=f"{label} x{rounds}",
-    )  # fmt: skip
+    try:
+        report = await verify(
+            scenario.bootstrap, producer=producer, consumers=scenario.members, copiers=scenario.copiers,
+            label=f"{label} x{rounds}",
+        )  # fmt: skip
+    except Exception as exc:
+        if unread is not None:
+            raise unread from exc
+        raise
+    if unread is not None:
+        # Lost (not in the log: the brokers' fault) or only unread (the group's), and the commits.
+        raise AssertionError(f"{unread}\nread back: {report.violations}\n{report.summary()}") from unread
     report.max_ack_gap, report.max_ack_gap_at = _stall(a.time for a in producer.acks if a.time >= warm)
     reads = [r.time for m in scenario.members for r in m.records if r.time >= warm]
     report.max_consume_gap = _stall(reads)[0]
