@@ -748,6 +748,16 @@ def _where_reads_stopped(consumers: Sequence[VerifiableConsumer], unread: Sequen
     for ack in unread:
         unread_by_partition.setdefault(ack.partition, []).append(ack.offset)
     unread_text = {p: f"{min(o)}-{max(o)} ({len(o)})" for p, o in sorted(unread_by_partition.items())}
+    # Who read the offsets around each unread range, and when: one member on both sides jumped it.
+    around: dict[int, str] = {}
+    for partition, offsets in sorted(unread_by_partition.items()):
+        low, high = min(offsets), max(offsets)
+        seen = [r for c in consumers for r in c.records if r.partition == partition]
+        before = max((r for r in seen if r.offset < low), key=lambda r: (r.offset, r.time), default=None)
+        after = min((r for r in seen if r.offset > high), key=lambda r: (r.offset, r.time), default=None)
+        around[partition] = " / ".join(
+            "none" if r is None else f"{r.member} read {r.offset} at {r.time:.1f}" for r in (before, after)
+        )
     reads = []
     for consumer in consumers:
         last: dict[int, tuple[int, float]] = {}
@@ -756,7 +766,10 @@ def _where_reads_stopped(consumers: Sequence[VerifiableConsumer], unread: Sequen
                 last[record.partition] = (record.offset, record.time)
         rebalance = consumer.rebalances[-1] if consumer.rebalances else None
         reads.append(f"{consumer.name}: last read {dict(sorted(last.items()))}, last rebalance {rebalance}")
-    return f"unread offsets by partition {unread_text}; now {time.monotonic():.1f}; " + "; ".join(reads)
+    return (
+        f"unread offsets by partition {unread_text}; read just before / after them {around}; "
+        f"now {time.monotonic():.1f}; " + "; ".join(reads)
+    )
 
 
 async def wait_copied(copiers: Sequence[TransactionalCopier], count: int, timeout: float = 60.0) -> None:

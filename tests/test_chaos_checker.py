@@ -259,3 +259,18 @@ async def test_broker_sigkill_and_restart_keeps_every_invariant(broker_min_proce
     assert report.acked == 3000 and report.read == 3000 and report.failed == 0
     assert (report.copy_in, report.copy_out) == (3000, 3000)
     assert report.max_ack_gap > 0.4  # the producer did stall while the broker was down
+
+
+def test_wait_read_failure_names_who_read_around_the_unread_records() -> None:
+    """A member that jumped over records (read both sides of the gap) is named with when it did."""
+    from tests.chaos_drivers import _where_reads_stopped
+
+    member = VerifiableConsumer("unused:9092", "t", "g", name="m0")
+    other = VerifiableConsumer("unused:9092", "t", "g", name="m1")
+    member.records.extend(Consumed(1, o, "key-1", o, 10.0 + o, "m0") for o in (*range(50), *range(100, 120)))
+    other.records.extend(Consumed(0, o, "key-0", o, 5.0, "m1") for o in range(30))
+    unread = [Ack("key-1", o, 1, o, 1.0) for o in range(50, 100)]
+    text = _where_reads_stopped([member, other], unread)
+    assert "unread offsets by partition {1: '50-99 (50)'}" in text
+    assert "{1: 'm0 read 49 at 59.0 / m0 read 100 at 110.0'}" in text
+    assert "m1: last read {0: (29, 5.0)}" in text
