@@ -145,6 +145,11 @@ async def test_a_timestamp_before_1970_or_after_2262_is_refused_and_queues_nothi
                 await producer.send(topic, b"refused", key=b"k", timestamp_ms=bad)
             with pytest.raises(ValueError, match="timestamp_ms"):
                 await producer.send_batch(topic, [b"refused"], partition=0, timestamp_ms=bad)
+        for wrong_type in (1.5, True, "1700000000000"):  # not an int of milliseconds
+            with pytest.raises(TypeError, match="timestamp_ms must be an int"):
+                await producer.send(topic, b"refused", timestamp_ms=wrong_type)  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="timestamp_ms must be an int"):
+                await producer.send_batch(topic, [b"refused"], partition=0, timestamp_ms=wrong_type)  # type: ignore[arg-type]
         first = await producer.send(topic, b"kept", timestamp_ms=0)
         last = await producer.send(topic, b"kept too", key=b"k", timestamp_ms=1_700_000_000_000)
         assert [(m.offset, m.timestamp) for m in await asyncio.gather(first, last)] == [(0, 0), (1, 1_700_000_000_000)]

@@ -14,7 +14,7 @@ from itertools import accumulate
 from typing import Any
 
 from kafkakit.producer.record_future import MAX_TIMESTAMP_MS
-from kafkakit.producer.record_input import bulk_record_sizes, bytes_list, check_headers
+from kafkakit.producer.record_input import bulk_record_sizes, bytes_list, check_headers, invalid_timestamp
 from kafkakit.structs import Header
 
 __all__ = ["BulkInput", "bulk_input", "cut_batches"]
@@ -63,10 +63,8 @@ def bulk_input(
             header_sizes.append(hsize)
     if timestamp_ms is None:
         timestamp_ms = int(time.time() * 1000)
-    elif timestamp_ms.__class__ is not int:
-        raise TypeError(f"timestamp_ms must be an int (milliseconds), not {type(timestamp_ms).__name__}")
-    elif not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:  # as send() refuses it
-        raise ValueError(f"timestamp_ms must be from 0 to {MAX_TIMESTAMP_MS}, not {timestamp_ms}")
+    elif timestamp_ms.__class__ is not int or not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
+        raise invalid_timestamp(timestamp_ms)
     sizes = bulk_record_sizes(checked_values, checked_keys, header_sizes) if count else []
     return BulkInput(checked_values, checked_keys, header_lists, sizes, timestamp_ms)
 

@@ -56,7 +56,7 @@ from kafkakit.producer.idempotence import ProducerIdentity
 from kafkakit.producer.instrumentation import ProducerMetrics, SendHook, attach, hooked_send
 from kafkakit.producer.partitioner import Partitioner, StickyPartitions
 from kafkakit.producer.record_future import FUTURES_REUSABLE, MAX_TIMESTAMP_MS, STAMPS_PER_MS, RecordFuture
-from kafkakit.producer.record_input import BULK_RECORD_OVERHEAD, as_bytes, check_headers
+from kafkakit.producer.record_input import BULK_RECORD_OVERHEAD, as_bytes, check_headers, invalid_timestamp
 from kafkakit.producer.send_batch_result import SendBatchFuture, SendBatchResult
 from kafkakit.producer.sender import Sender
 from kafkakit.producer.settings import check_settings
@@ -452,12 +452,10 @@ class Producer:
             limit = self._batch_limit
         if timestamp_ms is None:
             stamp = _time_ns()  # nanoseconds: see STAMPS_PER_MS
-        elif timestamp_ms.__class__ is int:
-            if not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:  # (Java's producer refuses negative ones too)
-                raise ValueError(f"timestamp_ms must be from 0 to {MAX_TIMESTAMP_MS}, not {timestamp_ms}")
+        elif timestamp_ms.__class__ is int and 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
             stamp = timestamp_ms * STAMPS_PER_MS
         else:
-            raise TypeError(f"timestamp_ms must be an int (milliseconds), not {type(timestamp_ms).__name__}")
+            raise invalid_timestamp(timestamp_ms)
         acc = self._acc
         # Accumulator.reserve's fast path, inlined; released per record when the batch completes.
         free = acc.free - (size + RECORD_MEMORY_OVERHEAD)  # one big int, not two

@@ -13,6 +13,7 @@ from operator import add
 from typing import Any
 
 from kafkakit.errors import KafkaConfigError
+from kafkakit.producer.record_future import MAX_TIMESTAMP_MS
 from kafkakit.records import encode_batch, encode_values
 from kafkakit.structs import Header
 
@@ -119,3 +120,11 @@ def encode_bulk_chunk(
         ],
         compression=compression,
     )
+
+
+def invalid_timestamp(timestamp_ms: object) -> Exception:
+    """The error for a ``timestamp_ms`` that is not an int of milliseconds from 0 (Java's producer
+    refuses negative ones too) to MAX_TIMESTAMP_MS (batches keep int64 nanoseconds)."""
+    if timestamp_ms.__class__ is not int:
+        return TypeError(f"timestamp_ms must be an int (milliseconds), not {type(timestamp_ms).__name__}")
+    return ValueError(f"timestamp_ms must be from 0 to {MAX_TIMESTAMP_MS}, not {timestamp_ms}")
