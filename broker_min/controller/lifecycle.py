@@ -103,11 +103,6 @@ class BrokerLifecycle:
         async with asyncio.timeout(timeout):
             await self._initial_catch_up.wait()
 
-    @property
-    def initially_caught_up(self) -> bool:
-        """Whether the controller has acknowledged this incarnation's image as caught up (stays True)."""
-        return self._initial_catch_up.is_set()
-
     async def controlled_shutdown(self, timeout: float) -> None:
         """Ask the controller to move leadership away, and wait until it lets the broker go."""
         self._want_shut_down = True
